@@ -1,0 +1,25 @@
+"""The log lines users grep for, printed exactly so, once per process each."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from caovan_kernels import __version__
+
+BANNER = f"Caovan vLLM SM75 Turbo3 external plugin v{__version__}"
+
+_printed: set[str] = set()
+_logger = logging.getLogger("caovan")
+if not _logger.handlers:
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [caovan] %(message)s", "%m-%d %H:%M:%S"))
+    _logger.addHandler(_handler)
+    _logger.setLevel(logging.INFO)
+    _logger.propagate = False
+
+
+def emit_once(marker: str) -> None:
+    if marker not in _printed:
+        _printed.add(marker)
+        _logger.info(marker)

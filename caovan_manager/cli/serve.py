@@ -1,0 +1,60 @@
+"""`caovan serve [MODEL] [--config FILE] [--host H] [--port P] [-- extra vLLM args]`: the daemon and its engine."""
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+@app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve(
+    ctx: typer.Context,
+    model: Optional[str] = typer.Argument(None, help="Model directory or name (default: the embedded demo model)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="Settings file (.toml, .yaml)."),
+    host: Optional[str] = typer.Option(None, help="Address of the daemon (default 127.0.0.1, CAOVAN_HOST)."),
+    port: Optional[int] = typer.Option(None, help="Port of the daemon and its OpenAI API (default 8000, CAOVAN_PORT)."),
+) -> None:
+    """Start the daemon: it runs vLLM as a supervised child (arguments after `--` go to vLLM unchanged), proxies
+    the OpenAI API at /v1, and serves status, metrics, logs and the dashboard. Ctrl-C stops everything."""
+    import uvicorn
+
+    from caovan_manager.api.app import create_app
+    from caovan_manager.config import ConfigError, load_settings
+    from caovan_manager.engine.launch import resolve_target
+    from caovan_manager.engine.process import PortInUse, check_port_free
+
+    try:
+        settings = load_settings(config, host=host, port=port)
+    except ConfigError as exc:
+        typer.echo(f"caovan serve: {exc}", err=True)
+        raise typer.Exit(2) from None
+    engine = settings.engine.model_copy(update={
+        "model": model or settings.engine.model, "args": [*settings.engine.args, *ctx.args]})
+    settings = settings.model_copy(update={"engine": engine})
+    if settings.host in ("127.0.0.1", "localhost"):
+        try:
+            check_port_free(settings.port)
+        except PortInUse as exc:
+            message = str(exc).replace("the engine's port", "the daemon's port").replace(
+                "engine.port (0 picks a free one)", "--port (or CAOVAN_PORT)")
+            typer.echo(f"caovan serve: {message}", err=True)
+            raise typer.Exit(2) from None
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.security.admin_keys:
+        typer.echo(f"caovan serve: warning: listening on {settings.host} without security.admin_keys: anyone who "
+                   f"reaches this port can stop the engine or swap plugins", err=True)
+
+    target = resolve_target(settings, log=lambda msg: typer.echo(msg, err=True))
+    application = create_app(settings, target)
+    base = f"http://{settings.host}:{settings.port}"
+
+    def announce() -> None:
+        typer.echo(f"Caovan is ready. Dashboard: {base}/   API: {base}/v1   Status: {base}/status   "
+                   f"Docs: {base}/docs   (Ctrl-C stops the engine and the daemon)", err=True)
+
+    application.state.daemon.supervisor.ready_callbacks.append(announce)
+    typer.echo(f"caovan serve: daemon on {base}; starting the engine on {target.model} "
+               f"(about a minute on a CPU, longer on first GPU start)", err=True)
+    uvicorn.run(application, host=settings.host, port=settings.port, log_level="info",
+                timeout_graceful_shutdown=int(min(settings.supervisor.drain_timeout_s, 10)) or 1)
