@@ -35,3 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     command = vllm_command(args[0], args[1:])
     print(f"caovan-vllm-serve: {shlex.join(command)}", flush=True)
     os.execv(command[0], command)
+
+
+if __name__ == "__main__":
+    main()
