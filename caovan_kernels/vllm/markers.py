@@ -19,6 +19,10 @@ if not _logger.handlers:
     _logger.propagate = False
 
 
+def log(message: str) -> None:
+    _logger.info(message)
+
+
 def emit_once(marker: str) -> None:
     if marker not in _printed:
         _printed.add(marker)

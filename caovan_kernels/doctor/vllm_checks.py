@@ -1,0 +1,98 @@
+"""vLLM itself, the GDN interface check of the plugin, and the GDNCore self-test on each device.
+
+The seam detection (caovan_kernels.vllm.seams.check_seams) and the self-test (caovan_kernels.gdn.selftest.run) live
+with the plugin and the kernels; this module only calls them and reports."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+from caovan_kernels.profile.gpus import Inventory
+from caovan_kernels.profile.vllm_abilities import detect_vllm
+
+from .report import Check, Status
+
+SEAMS_MODULE = "caovan_kernels.vllm.seams"
+SELFTEST_MODULE = "caovan_kernels.gdn.selftest"
+
+
+def check_vllm() -> list[Check]:
+    abilities = detect_vllm()
+    if abilities.version is None:
+        return [Check("vllm", "vLLM", Status.FAIL, abilities.source,
+                      "install vLLM: pip install 'caovan[gpu]' (CUDA) or 'caovan[cpu]' (the CPU build)")]
+    return [Check("vllm", "vLLM", Status.PASS,
+                  f"{abilities.distribution or 'vllm'} {abilities.version}; flags from the {abilities.source}")]
+
+
+def _optional_module(name: str):
+    """The module, or None when it is not installed; an import that fails inside it is re-raised."""
+    try:
+        if importlib.util.find_spec(name) is None:
+            return None
+    except ModuleNotFoundError:
+        return None
+    return importlib.import_module(name)
+
+
+def check_gdn_seams() -> list[Check]:
+    try:
+        seams = _optional_module(SEAMS_MODULE)
+    except Exception as exc:  # noqa: BLE001 - a broken plugin is the finding
+        return [Check("gdn-seams", "GDN interface", Status.FAIL, f"{SEAMS_MODULE} fails to import: {exc}",
+                      "reinstall Caovan (pip install --force-reinstall caovan)")]
+    if seams is None:
+        return [Check("gdn-seams", "GDN interface", Status.SKIP, "plugin seam detection not installed",
+                      f"install a Caovan release that ships {SEAMS_MODULE}")]
+    results = seams.check_seams()
+    statuses = [Status(str(getattr(r.status, "value", r.status))) for r in results]
+    taken = next((r.name for r, s in zip(results, statuses) if s is Status.PASS), None)
+    # A candidate layout this vLLM lacks needs no action when another seam is taken.
+    other = f"nothing to do: seam {taken} applies" if taken else "see GDN interface below"
+    checks = [Check("gdn-seams", f"GDN seam {r.name}", s, str(r.reason), "" if s is Status.PASS else other)
+              for r, s in zip(results, statuses)]
+    if taken:
+        checks.append(Check("gdn-seams", "GDN interface", Status.PASS,
+                            "GDNCore can take over GDN prefill and decode in this vLLM"))
+    else:
+        checks.append(Check("gdn-seams", "GDN interface", Status.WARN,
+                            "no seam of this vLLM can be taken: the engine runs vLLM's stock GDN kernels",
+                            "use a vLLM whose GDN layer Caovan knows (see the seams above); with "
+                            "CAOVAN_REQUIRE_TURBO3=1 the engine refuses to start instead"))
+    return checks
+
+
+def _devices(inventory: Inventory) -> list[str]:
+    devices = ["cpu"]
+    if inventory.gpus:
+        try:
+            import torch
+
+            devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+        except ImportError:
+            pass
+    return devices
+
+
+def check_gdn_selftest(inventory: Inventory) -> list[Check]:
+    devices = _devices(inventory)
+    try:
+        selftest = _optional_module(SELFTEST_MODULE)
+    except Exception as exc:  # noqa: BLE001
+        return [Check("gdn-selftest", "GDNCore self-test", Status.FAIL, f"{SELFTEST_MODULE} fails to import: {exc}",
+                      "reinstall Caovan (pip install --force-reinstall caovan)")]
+    if selftest is None:
+        return [Check("gdn-selftest", f"GDNCore self-test on {d}", Status.SKIP,
+                      f"GDNCore self-test not installed ({SELFTEST_MODULE} missing)",
+                      "install a Caovan release that ships the GDNCore self-test") for d in devices]
+    checks = []
+    for device in devices:
+        try:
+            ok, detail = selftest.run(device)
+        except Exception as exc:  # noqa: BLE001 - a crashing kernel is a failed self-test
+            ok, detail = False, f"crashed: {type(exc).__name__}: {exc}"
+        checks.append(Check("gdn-selftest", f"GDNCore self-test on {device}", Status.PASS if ok else Status.FAIL,
+                            detail, "" if ok else "run caovan_kernels.gdn.selftest on this device and report the "
+                                                  "output with `caovan doctor --json`"))
+    return checks

@@ -1,0 +1,186 @@
+"""The memory model behind AutoMem, AutoSpec and Elastic-KV: bytes per GPU for weights, KV cache per token, GDN state
+per sequence, activations, and what is left for the cache pool. Everything is per tensor-parallel rank.
+
+It follows how vLLM (0.2x-0.33) lays memory out for hybrid GDN models:
+- every linear layer and the vocabulary are split across TP ranks (KV heads are replicated once TP exceeds them);
+- the KV cache holds K and V for each full-attention layer, plus the MTP head's attention layer when drafting;
+- each GDN layer keeps per sequence a conv state (conv_dim x (kernel-1+S), engine dtype) and a recurrent state
+  (HV x V x K, the SSM dtype) in 1+S slots with S draft tokens (the verify step writes one slot per draft token);
+- the attention block is the smallest multiple of 16 tokens whose page is at least one GDN state page, and GDN pages
+  are padded to that size, so both share one block pool.
+Norms, A_log, dt_bias and other vectors (a few MB) are left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import ModelFacts, Quantization
+
+MIB = 1 << 20
+KERNEL_BLOCK_ALIGNMENT = 16  # tokens; vLLM's attention kernels take multiples of 16
+ENGINE_DTYPE_BYTES = 2  # fp16 / bf16: what the engine runs unquantized weights, conv state and KV cache in
+DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "fp8": 1, "fp8_e4m3": 1,
+               "fp8_e5m2": 1}
+
+# Activations are measured by vLLM's profiling run inside its budget: per prefill token the hidden state copies,
+# the FFN's gate/up/down buffers and the GDN conv input; plus a fixed part for the CUDA context, cuBLAS/NCCL
+# workspaces, the sampler and Marlin scratch.
+ACTIVATION_FIXED_BYTES = 512 * MIB
+# Outside vLLM's budget (its profiler cannot see them): CUDA graph pools captured after the KV cache is allocated
+# (target model and MTP drafter), and a safety margin for allocator fragmentation.
+CUDA_GRAPH_RESERVE_BYTES = 768 * MIB
+SAFETY_RESERVE_BYTES = 512 * MIB
+
+
+@dataclass(frozen=True)
+class Linear:
+    name: str  # module path, matched against quantization_config's modules_to_not_convert
+    in_features: int  # per rank
+    out_features: int  # per rank
+
+
+def quantized_linear_bytes(layer: Linear, q: Quantization) -> int:
+    """Packed weights, fp16 scales per group and packed zero points per group (AWQ and GPTQ both store them);
+    GPTQ adds an int32 g_idx per input row."""
+    groups = -(-layer.in_features // q.group_size) if q.group_size > 0 else 1
+    packed = layer.in_features * layer.out_features * q.bits // 8
+    scales = groups * layer.out_features * 2
+    zeros = groups * layer.out_features * q.bits // 8
+    g_idx = layer.in_features * 4 if q.method == "gptq" else 0
+    return packed + scales + zeros + g_idx
+
+
+def _decoder_linears(m: ModelFacts, tp: int, prefix: str, kind: str, layer_index: int) -> list[Linear]:
+    h = m.hidden_size
+    layers: list[Linear] = []
+    if kind == "full_attention":
+        q_out = m.num_attention_heads * m.head_dim * (2 if m.attn_output_gate else 1)
+        kv_out = max(1, m.num_key_value_heads // tp) * m.head_dim
+        layers += [Linear(f"{prefix}.self_attn.q_proj", h, q_out // tp),
+                   Linear(f"{prefix}.self_attn.k_proj", h, kv_out),
+                   Linear(f"{prefix}.self_attn.v_proj", h, kv_out),
+                   Linear(f"{prefix}.self_attn.o_proj", m.num_attention_heads * m.head_dim // tp, h)]
+    else:
+        v_dim = m.gdn_value_heads * m.gdn_value_head_dim
+        if m.architecture.startswith("Qwen3Next"):  # interleaved projections
+            layers += [Linear(f"{prefix}.linear_attn.in_proj_qkvz", h, (m.gdn_conv_dim + v_dim) // tp),
+                       Linear(f"{prefix}.linear_attn.in_proj_ba", h, 2 * m.gdn_value_heads // tp)]
+        else:
+            layers += [Linear(f"{prefix}.linear_attn.in_proj_qkv", h, m.gdn_conv_dim // tp),
+                       Linear(f"{prefix}.linear_attn.in_proj_z", h, v_dim // tp),
+                       Linear(f"{prefix}.linear_attn.in_proj_b", h, m.gdn_value_heads // tp),
+                       Linear(f"{prefix}.linear_attn.in_proj_a", h, m.gdn_value_heads // tp)]
+        layers.append(Linear(f"{prefix}.linear_attn.out_proj", v_dim // tp, h))
+    if m.num_experts and layer_index not in m.dense_layers:
+        layers += [Linear(f"{prefix}.mlp.experts", h, m.num_experts * 3 * m.moe_intermediate_size // tp)]
+        if m.shared_expert_intermediate_size:
+            layers += [Linear(f"{prefix}.mlp.shared_expert", h, 3 * m.shared_expert_intermediate_size // tp)]
+    else:
+        layers += [Linear(f"{prefix}.mlp.gate_up_proj", h, 2 * m.intermediate_size // tp),
+                   Linear(f"{prefix}.mlp.down_proj", m.intermediate_size // tp, h)]
+    return layers
+
+
+@dataclass(frozen=True)
+class WeightBytes:
+    quantized_linear: int  # linear layers stored in the checkpoint's quantized format
+    unquantized_linear: int  # linear layers left in 16 bit (modules_to_not_convert, or an unquantized model)
+    embeddings: int  # input embedding and LM head (never quantized by AWQ/GPTQ)
+    other: int  # GDN conv1d, MoE routers, the vision tower estimate
+
+    @property
+    def total(self) -> int:
+        return self.quantized_linear + self.unquantized_linear + self.embeddings + self.other
+
+
+def weight_bytes_per_gpu(m: ModelFacts, tp: int) -> WeightBytes:
+    linears: list[Linear] = []
+    for i, kind in enumerate(m.layer_types):
+        linears += _decoder_linears(m, tp, f"model.layers.{i}", kind, i)
+    for j in range(m.mtp_layers):
+        # vLLM builds the MTP head's weights (fc + one full-attention decoder layer); its embedding and LM head are
+        # shared with the target model, so they are not counted twice.
+        linears.append(Linear(f"mtp.fc.{j}", 2 * m.hidden_size, m.hidden_size // tp))
+        linears += _decoder_linears(m, tp, f"mtp.layers.{j}", "full_attention", -1)
+    quantized = unquantized = 0
+    for layer in linears:
+        if m.quantization is not None and m.quantization.converts(layer.name):
+            quantized += quantized_linear_bytes(layer, m.quantization)
+        else:
+            unquantized += layer.in_features * layer.out_features * ENGINE_DTYPE_BYTES
+    vocab_rows = m.vocab_size // tp
+    embeddings = vocab_rows * m.hidden_size * ENGINE_DTYPE_BYTES * (1 if m.tie_word_embeddings else 2)
+    other = m.num_gdn_layers * (m.gdn_conv_dim // tp) * m.gdn_conv_kernel * ENGINE_DTYPE_BYTES
+    if m.num_experts:
+        other += len(m.layer_types) * m.hidden_size * m.num_experts * ENGINE_DTYPE_BYTES
+    if m.vision is not None:
+        other += vision_params(m) * ENGINE_DTYPE_BYTES // tp
+    return WeightBytes(quantized, unquantized, embeddings, other)
+
+
+def vision_params(m: ModelFacts) -> int:
+    """Estimate of the vision tower: per block qkv + proj (4 h^2) and MLP (2 h i), plus the patch merger."""
+    v = m.vision
+    merged = v.hidden_size * v.spatial_merge_size ** 2
+    return v.depth * (4 * v.hidden_size ** 2 + 2 * v.hidden_size * v.intermediate_size) \
+        + merged * merged + merged * v.out_hidden_size
+
+
+def kv_layers(m: ModelFacts, spec_tokens: int) -> int:
+    return m.num_attention_layers + (m.mtp_layers if spec_tokens else 0)
+
+
+def kv_bytes_per_token_per_layer(m: ModelFacts, tp: int, kv_dtype_bytes: int) -> int:
+    return 2 * max(1, m.num_key_value_heads // tp) * m.head_dim * kv_dtype_bytes
+
+
+def kv_bytes_per_token(m: ModelFacts, tp: int, kv_dtype_bytes: int, spec_tokens: int) -> int:
+    return kv_layers(m, spec_tokens) * kv_bytes_per_token_per_layer(m, tp, kv_dtype_bytes)
+
+
+def gdn_state_page_bytes(m: ModelFacts, tp: int, spec_tokens: int, ssm_dtype_bytes: int) -> int:
+    """One GDN layer's state for one slot on one rank, before padding: conv state + recurrent state."""
+    conv = (m.gdn_conv_dim // tp) * (m.gdn_conv_kernel - 1 + spec_tokens) * ENGINE_DTYPE_BYTES
+    recurrent = (m.gdn_value_heads // tp) * m.gdn_value_head_dim * m.gdn_key_head_dim * ssm_dtype_bytes
+    return conv + recurrent
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    block_tokens: int  # attention block size after alignment with the GDN page
+    kv_bytes_per_token: int  # all KV layers on one rank
+    gdn_state_bytes_per_seq: int  # all GDN layers, 1+S padded slots, one rank
+
+    def bytes_for(self, num_seqs: int, max_model_len: int) -> int:
+        blocks = -(-max_model_len // self.block_tokens)
+        return num_seqs * (self.gdn_state_bytes_per_seq + blocks * self.block_tokens * self.kv_bytes_per_token)
+
+    def max_model_len(self, pool_bytes: int, num_seqs: int) -> int:
+        """Longest context (whole blocks) such that num_seqs sequences of it fit in the pool; 0 if none does."""
+        per_seq = pool_bytes // num_seqs - self.gdn_state_bytes_per_seq
+        if per_seq <= 0:
+            return 0
+        return per_seq // (self.block_tokens * self.kv_bytes_per_token) * self.block_tokens
+
+
+def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, ssm_dtype_bytes: int) -> CacheLayout:
+    per_token_layer = kv_bytes_per_token_per_layer(m, tp, kv_dtype_bytes)
+    kv_token = kv_bytes_per_token(m, tp, kv_dtype_bytes, spec_tokens)
+    if not m.num_gdn_layers:
+        return CacheLayout(KERNEL_BLOCK_ALIGNMENT, kv_token, 0)
+    page = gdn_state_page_bytes(m, tp, spec_tokens, ssm_dtype_bytes)
+    unit = KERNEL_BLOCK_ALIGNMENT * per_token_layer
+    block = KERNEL_BLOCK_ALIGNMENT * -(-page // unit)
+    padded_page = block * per_token_layer
+    return CacheLayout(block, kv_token, m.num_gdn_layers * (1 + spec_tokens) * padded_page)
+
+
+def activation_bytes(m: ModelFacts, tp: int, max_num_batched_tokens: int) -> int:
+    ffn = max(m.intermediate_size, m.moe_intermediate_size, m.shared_expert_intermediate_size)
+    per_token = ENGINE_DTYPE_BYTES * (4 * m.hidden_size + 3 * ffn // tp + 2 * m.gdn_conv_dim // tp)
+    return max_num_batched_tokens * per_token + ACTIVATION_FIXED_BYTES
+
+
+def outside_budget_bytes(cuda_graphs: bool) -> int:
+    return (CUDA_GRAPH_RESERVE_BYTES if cuda_graphs else 0) + SAFETY_RESERVE_BYTES

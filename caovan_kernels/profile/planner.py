@@ -1,0 +1,402 @@
+"""Build a launch profile: AutoSpec, AutoMem, DynamicTP, Elastic-KV, dtype and flag hygiene, one reason each.
+
+User-pinned flags always win: the profile then only explains (and warns where its memory model disagrees)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import memory as mem
+from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
+from .launch_profile import Decision, LaunchProfile
+from .model import ModelFacts, load_model_facts
+from .user_args import PinnedArgs, UserFlag, canonical_flag, read_pinned
+from .vllm_abilities import VllmAbilities, detect_vllm
+
+DEFAULT_MAX_NUM_SEQS = 4  # a few concurrent chats on a home server; pin --max-num-seqs for more
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # prefill chunk; bounds the activation peak AutoMem counts
+MIN_CONTEXT = 4096  # shortest context worth serving; below it AutoSpec drafts fewer tokens
+MTP_DEFAULT = 3
+MTP_MAX = 4
+MTP_MAX_POOL_MARGIN_PCT = 10  # MTP=4 only if the full context for every sequence leaves this much of the pool free
+MAX_GPU_MEMORY_UTILIZATION_PCT = 95
+FP8_NATIVE_MIN_SM = 89  # Triton's fp8e4nv (what vLLM's fp8 KV kernels use) starts at Ada
+
+
+class ProfileError(ValueError):
+    """The model cannot be planned on these GPUs; the message says why and what to change."""
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:.2f} GiB"
+
+
+def _mib(n: int) -> str:
+    return f"{n / MIB:.1f} MiB"
+
+
+@dataclass
+class _Builder:
+    abilities: VllmAbilities
+    pinned: PinnedArgs
+    decisions: list[Decision] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    memory: dict[str, int] = field(default_factory=dict)
+
+    def note(self, name: str, value: object, reason: str) -> None:
+        self.decisions.append(Decision(name, str(value), reason))
+
+    def pinned_flag(self, *canonical: str) -> UserFlag | None:
+        return self.pinned.pinned(*canonical)
+
+    def decide(self, name: str, flag: str, value: object | None, reason: str) -> None:
+        """Record a decision that sets `flag` (with `value`, or as a switch when value is None), unless the user
+        pinned it or the installed vLLM cannot take it."""
+        user = self.pinned_flag(canonical_flag(flag, self.abilities)[0])
+        if user is not None:
+            same = user.value == (str(value) if value is not None else None)
+            self.note(name, user.value if user.value is not None else user.written,
+                      f"pinned by user ({user.written}); " + ("the profile agrees: " if same else
+                      f"the profile would choose {value if value is not None else flag}: ") + reason)
+            return
+        if not self.abilities.accepts(flag):
+            self.note(name, "not set", f"the {self.abilities.describe()} has no {flag}; {reason}")
+            return
+        if flag in self.abilities.deprecated:
+            self.note(name, "not set", f"{flag} is deprecated in the {self.abilities.describe()}; {reason}")
+            return
+        self.flags += [flag] if value is None else [flag, str(value)]
+        self.note(name, value if value is not None else flag, reason)
+
+
+def _drop_stale_user_flags(b: _Builder) -> list[UserFlag]:
+    dropped = []
+    for flag in b.pinned.flags:
+        if flag.written in b.abilities.deprecated or flag.canonical in b.abilities.deprecated:
+            dropped.append(flag)
+            b.note("flags", f"dropped {flag.written}",
+                   f"deprecated in the {b.abilities.describe()}; remove it from your command")
+        elif b.abilities.serve_parser and not b.abilities.accepts(flag.written):
+            dropped.append(flag)
+            b.note("flags", f"dropped {flag.written}",
+                   f"the {b.abilities.describe()} does not accept it (removed or misspelt); `vllm serve` "
+                   "would refuse to start with it")
+    return dropped
+
+
+def _spec_tokens_pinned(b: _Builder, m: ModelFacts) -> int | None:
+    """Draft tokens the user asked for, or None when they pinned nothing about speculation."""
+    config = b.pinned.value("--speculative-config")
+    tokens = b.pinned.value("--num-speculative-tokens") or b.pinned.value("--spec-tokens")
+    if config is not None:
+        try:
+            tokens = json.loads(config).get("num_speculative_tokens", tokens)
+        except (json.JSONDecodeError, AttributeError):
+            raise ProfileError(f"--speculative-config {config!r} is not a JSON object; write it like "
+                               '\'{"method":"mtp","num_speculative_tokens":3}\'') from None
+    if tokens is not None:
+        return int(tokens)
+    if config is not None or b.pinned_flag("--spec-method", "--spec-model") is not None:
+        return max(m.mtp_layers, 1)  # vLLM drafts as many tokens as the model has MTP layers when not told
+    return None
+
+
+def _spec_config(tokens: int) -> str:
+    return json.dumps({"method": "mtp", "num_speculative_tokens": tokens}, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------------------- CPU
+
+def _plan_cpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
+    b.note("device", "CPU", f"no GPU ({inventory.source}): AutoMem, DynamicTP and Elastic-KV do not apply; vLLM's "
+                            "CPU build sizes its KV cache from VLLM_CPU_KVCACHE_SPACE (GiB)")
+    b.decide("dtype", "--dtype", "bfloat16", "vLLM's CPU path for GDN layers asserts bfloat16")
+    if not m.has_mtp:
+        b.note("AutoSpec", "off", "the model has no MTP head (mtp_num_hidden_layers / num_nextn_predict_layers is 0)")
+        return "CPU"
+    if _spec_tokens_pinned(b, m) is not None:
+        b.note("AutoSpec", b.pinned.value("--speculative-config") or "pinned", "pinned by user")
+    else:
+        b.decide("AutoSpec", "--speculative-config", _spec_config(MTP_DEFAULT),
+                 f"MTP={MTP_DEFAULT}: the model has an MTP head; host memory is not modelled on CPU")
+    if m.num_gdn_layers:
+        b.decide("prefix-caching", "--no-enable-prefix-caching", None,
+                 "prefix caching with MTP on CPU reaches a Triton-only kernel (precopy_mamba_align_fused_kernel) "
+                 "and crashes")
+    return "CPU"
+
+
+# ---------------------------------------------------------------------------------------------------------- GPU
+
+def _usable_gpus(b: _Builder, inventory: Inventory) -> list[GpuInfo]:
+    gpus = list(inventory.gpus)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    wanted = {int(x) for x in (visible or "").split(",") if x.strip().isdigit()}
+    if inventory.source == "nvml" and wanted:  # GPU UUIDs are not mapped: then all GPUs are planned for
+        gpus = [g for g in gpus if g.index in wanted]
+        if not gpus:
+            raise ProfileError(f"CUDA_VISIBLE_DEVICES={visible} names no GPU NVML sees ({inventory.source}); fix it "
+                               "or unset it")
+        b.env["CUDA_VISIBLE_DEVICES"] = visible
+        b.note("GPUs", visible, "CUDA_VISIBLE_DEVICES set by user")
+    groups: dict[tuple, list[GpuInfo]] = {}
+    for g in gpus:
+        groups.setdefault((g.name, g.capability, g.total_bytes), []).append(g)
+    # Tensor parallelism wants identical cards: the largest group of equal GPUs serves.
+    usable = max(groups.values(), key=len)
+    if len(usable) < len(gpus) and "CUDA_VISIBLE_DEVICES" not in b.env:
+        b.env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        b.env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g.index) for g in usable)
+        b.note("GPUs", b.env["CUDA_VISIBLE_DEVICES"],
+               f"{len(usable)} identical {usable[0].name} of {len(gpus)} GPUs; tensor parallelism needs equal "
+               "cards, the others are left out")
+    return usable
+
+
+def _valid_tp(m: ModelFacts, tp: int) -> str | None:
+    """Why `tp` cannot split this model, or None when it can."""
+    checks = [("attention heads", m.num_attention_heads), ("GDN key heads", m.gdn_key_heads),
+              ("GDN value heads", m.gdn_value_heads)]
+    for what, count in checks:
+        if count and count % tp:
+            return f"{what} ({count}) not divisible by {tp}"
+    kv = m.num_key_value_heads
+    if kv % tp and tp % kv:
+        return f"KV heads ({kv}) neither divisible by nor dividing {tp}"
+    q = m.quantization
+    if q is not None and q.group_size > 0:
+        for what, width in (("FFN width", m.intermediate_size or m.moe_intermediate_size),
+                            ("attention output", m.num_attention_heads * m.head_dim),
+                            ("GDN output", m.gdn_value_heads * m.gdn_value_head_dim)):
+            if width and (width // tp) % q.group_size:
+                return f"{what} {width}/{tp} is not a whole number of {q.group_size}-wide quantization groups"
+    return None
+
+
+def _choose_tp(b: _Builder, m: ModelFacts, gpus: list[GpuInfo]) -> int:
+    user = b.pinned_flag("--tensor-parallel-size")
+    if user is not None:
+        tp = int(user.value)
+        problem = _valid_tp(m, tp)
+        b.note("DynamicTP", tp, "pinned by user" + (f"; warning: {problem}" if problem else ""))
+        return tp
+    if len(gpus) == 1:
+        b.note("DynamicTP", 1, f"one usable GPU ({gpus[0].name}): no tensor parallelism")
+        return 1
+    rejected = []
+    for tp in range(len(gpus), 0, -1):
+        problem = _valid_tp(m, tp)
+        if problem is None:
+            why = f"{len(gpus)} usable {gpus[0].name}: TP={tp} splits attention ({m.num_attention_heads} heads, " \
+                  f"{m.num_key_value_heads} KV)"
+            if m.num_gdn_layers:
+                why += f" and GDN ({m.gdn_key_heads} key / {m.gdn_value_heads} value heads)"
+            why += " evenly" + (f"; not {', '.join(rejected)}" if rejected else "")
+            b.decide("DynamicTP", "--tensor-parallel-size", tp, why)
+            return tp
+        rejected.append(f"{tp} ({problem})")
+    raise ProfileError(f"no tensor-parallel size splits {m.path.name}: {'; '.join(rejected)}")
+
+
+def _kv_dtype(b: _Builder, gpu: GpuInfo, fp16_reaches_target: bool) -> str:
+    user = b.pinned.value("--kv-cache-dtype")
+    refused_below = b.abilities.fp8_kv_min_sm
+    refuses = refused_below is not None and gpu.sm < refused_below
+    if user is not None:
+        warn = ""
+        if user.startswith("fp8") and (refuses or gpu.sm < FP8_NATIVE_MIN_SM):
+            warn = f"; warning: fp8 KV on sm{gpu.sm} " + (
+                f"is refused by the {b.abilities.describe()} ({b.abilities.fp8_source})" if refuses
+                else "has no native fp8 in Triton")
+        b.note("Elastic-KV dtype", user, "pinned by user" + warn)
+        return user
+    engine = "float16" if gpu.sm < 80 else "bfloat16"
+    if refuses:
+        b.note("Elastic-KV dtype", f"auto ({engine})",
+               f"fp16 KV cache: sm{gpu.sm} uses TRITON_ATTN, and the {b.abilities.describe()} refuses an "
+               f"fp8 KV cache there ({b.abilities.fp8_source})")
+        return "auto"
+    if gpu.sm < FP8_NATIVE_MIN_SM:
+        b.note("Elastic-KV dtype", f"auto ({engine})",
+               f"fp8 KV needs native fp8 (SM{FP8_NATIVE_MIN_SM}+); sm{gpu.sm} keeps the KV cache in {engine}")
+        return "auto"
+    if fp16_reaches_target:
+        b.note("Elastic-KV dtype", f"auto ({engine})", f"{engine} KV already fits the full context; fp8 not needed")
+        return "auto"
+    b.decide("Elastic-KV dtype", "--kv-cache-dtype", "fp8",
+             f"{engine} KV cannot hold the full context; fp8 (allowed by the {b.abilities.describe()} on "
+             f"sm{gpu.sm}) doubles the tokens per GiB")
+    return "fp8"
+
+
+def _parallel_layout(b: _Builder, m: ModelFacts, gpus: list[GpuInfo], gpu: GpuInfo) -> int:
+    """dtype, DynamicTP and custom all-reduce; returns the tensor-parallel size."""
+    if gpu.sm < 80:
+        b.decide("dtype", "--dtype", "half", f"sm{gpu.sm} has no bfloat16")
+    else:
+        user = b.pinned.value("--dtype")
+        b.note("dtype", user or f"auto ({m.dtype})", "pinned by user" if user else f"sm{gpu.sm} runs the "
+               "checkpoint's dtype")
+    tp = _choose_tp(b, m, gpus)
+    if tp > 1:
+        if all(g.nvlink for g in gpus[:tp]):
+            b.note("custom-all-reduce", "on", "the GPUs are NVLink-bridged: vLLM's custom all-reduce applies")
+        else:
+            b.decide("custom-all-reduce", "--disable-custom-all-reduce", None,
+                     f"{gpu.name} cards over PCIe without NVLink P2P: custom all-reduce does not apply; NCCL does "
+                     "the all-reduce")
+    return tp
+
+
+def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
+    """gpu_memory_utilization; returns vLLM's budget in bytes on the GPU with the least free memory."""
+    user_util = b.pinned.value("--gpu-memory-utilization")
+    if user_util is not None:
+        b.note("AutoMem", user_util, "pinned by user")
+        return int(gpu.total_bytes * float(user_util))
+    eager = b.pinned_flag("--enforce-eager") is not None
+    outside = mem.outside_budget_bytes(cuda_graphs=not eager)
+    pct = min(MAX_GPU_MEMORY_UTILIZATION_PCT, (gpu.free_bytes - outside) * 100 // gpu.total_bytes)
+    if pct <= 0:
+        raise ProfileError(f"{gpu.describe()} has only {_gib(gpu.free_bytes)} free; free GPU memory first "
+                           "(nvidia-smi shows who holds it)")
+    b.decide("AutoMem", "--gpu-memory-utilization", f"{pct / 100:.2f}",
+             f"{_gib(gpu.free_bytes)} free{'' if measured else ' (planning: assumed idle)'} of "
+             f"{_gib(gpu.total_bytes)} on {gpu.name}, minus {_mib(outside)} kept outside vLLM's budget "
+             f"({'no CUDA graphs (--enforce-eager), ' if eager else 'CUDA graphs, '}fragmentation)")
+    return gpu.total_bytes * pct // 100
+
+
+def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
+    gpus = _usable_gpus(b, inventory)
+    gpu = min(gpus, key=lambda g: g.free_bytes)
+    tp = _parallel_layout(b, m, gpus, gpu)
+    weights = mem.weight_bytes_per_gpu(m, tp)
+    budget = _auto_mem(b, gpu, measured=inventory.source == "nvml")
+    num_seqs = int(b.pinned.value("--max-num-seqs") or DEFAULT_MAX_NUM_SEQS)
+    b.decide("max-num-seqs", "--max-num-seqs", DEFAULT_MAX_NUM_SEQS, "sequences served at once; each holds its own "
+             "GDN state and its full context in the KV budget")
+    batched = int(b.pinned.value("--max-num-batched-tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    b.decide("max-num-batched-tokens", "--max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS,
+             "prefill chunk; bounds the activation peak counted below")
+    activations = mem.activation_bytes(m, tp, batched)
+    pool = budget - weights.total - activations
+    b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
+                    weights_bytes=weights.total, activation_bytes=activations, pool_bytes=pool, tensor_parallel=tp)
+    if pool <= 0:
+        raise ProfileError(
+            f"{m.path.name} does not fit on {tp}x {gpu.name}: weights {_gib(weights.total)} + activations "
+            f"{_gib(activations)} per GPU exceed the {_gib(budget)} budget; use more GPUs or a smaller quantization")
+    b.note("AutoMem budget", _gib(pool), f"per GPU: budget {_gib(budget)} - weights {_gib(weights.total)} - "
+           f"activations {_gib(activations)} ({batched}-token prefill) = {_gib(pool)} for KV cache and GDN state")
+    if m.vision is not None:
+        hint = "; --language-model-only serves text only and frees it" if b.abilities.accepts(
+            "--language-model-only") else ""
+        b.note("vision tower", f"{_gib(mem.vision_params(m) * mem.ENGINE_DTYPE_BYTES // tp)} per GPU",
+               "estimated from vision_config and counted in the weights" + hint)
+
+    target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
+    ssm_bytes = mem.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
+
+    def layout(spec: int, kv_bytes: int) -> mem.CacheLayout:
+        return mem.cache_layout(m, tp, spec, kv_bytes, ssm_bytes)
+
+    base_spec = MTP_DEFAULT if m.has_mtp else 0
+    fp16_fits = layout(base_spec, 2).bytes_for(num_seqs, target) <= pool
+    kv_dtype = _kv_dtype(b, gpu, fp16_fits)
+    kv_bytes = mem.DTYPE_BYTES.get(kv_dtype, 2)
+    spec = _auto_spec(b, m, pool, num_seqs, target, lambda s: layout(s, kv_bytes))
+    chosen = layout(spec, kv_bytes)
+    fit = chosen.max_model_len(pool, num_seqs)
+    b.memory.update(kv_bytes_per_token=chosen.kv_bytes_per_token, block_tokens=chosen.block_tokens,
+                    gdn_state_bytes_per_seq=chosen.gdn_state_bytes_per_seq, max_model_len_fit=fit,
+                    spec_tokens=spec)
+    _elastic_len(b, m, chosen, pool, num_seqs, fit)
+    return f"{tp}x {gpu.name} sm{gpu.sm}"
+
+
+def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int, layout) -> int:
+    if not m.has_mtp:
+        b.note("AutoSpec", "off", "the model has no MTP head (mtp_num_hidden_layers / num_nextn_predict_layers is 0)")
+        return 0
+    pinned = _spec_tokens_pinned(b, m)
+    if pinned is not None:
+        b.note("AutoSpec", pinned, "pinned by user")
+        return pinned
+    need_max = layout(MTP_MAX).bytes_for(num_seqs, target)
+    if need_max * 100 <= pool * (100 - MTP_MAX_POOL_MARGIN_PCT):
+        b.decide("AutoSpec", "--speculative-config", _spec_config(MTP_MAX),
+                 f"MTP={MTP_MAX}: {num_seqs} x {target} tokens with {MTP_MAX} draft slots need {_gib(need_max)}, "
+                 f"leaving over {MTP_MAX_POOL_MARGIN_PCT}% of the {_gib(pool)} pool free")
+        return MTP_MAX
+    for spec in range(MTP_DEFAULT, 0, -1):
+        fit = min(layout(spec).max_model_len(pool, num_seqs), target)
+        if fit >= min(MIN_CONTEXT, target):
+            why = f"MTP={spec}" + (" (default)" if spec == MTP_DEFAULT else f": MTP={spec + 1} leaves under "
+                                   f"{MIN_CONTEXT} tokens per sequence")
+            why += f"; MTP={MTP_MAX} would need {_gib(need_max)} for {num_seqs} x {target} tokens, over " \
+                   f"{100 - MTP_MAX_POOL_MARGIN_PCT}% of the {_gib(pool)} pool"
+            b.decide("AutoSpec", "--speculative-config", _spec_config(spec), why)
+            return spec
+    b.note("AutoSpec", "off", f"even MTP=1 leaves under {MIN_CONTEXT} tokens per sequence; no speculation")
+    return 0
+
+
+def _elastic_len(b: _Builder, m: ModelFacts, layout: mem.CacheLayout, pool: int, num_seqs: int, fit: int) -> None:
+    per_seq = (f"GDN state {_mib(layout.gdn_state_bytes_per_seq)} per sequence, KV {layout.kv_bytes_per_token} B "
+               f"per token in {layout.block_tokens}-token blocks")
+    user = b.pinned.value("--max-model-len")
+    if user is not None:
+        need = layout.bytes_for(num_seqs, int(user))
+        warn = "" if need <= pool else (f"; warning: {num_seqs} x {user} tokens need {_gib(need)} but the pool "
+                                        f"holds {_gib(pool)}: only {fit} tokens fit per sequence")
+        b.note("Elastic-KV", user, "pinned by user" + warn)
+        return
+    if fit <= 0:
+        raise ProfileError(
+            f"no context fits: {num_seqs} sequences x {per_seq} exceed the {_gib(pool)} pool; lower --max-num-seqs "
+            "or add GPUs")
+    length = min(fit, m.max_position_embeddings)
+    why = f"{num_seqs} sequence(s) in the {_gib(pool)} pool; {per_seq}"
+    why += f"; the model's maximum (memory allows {fit})" if length < fit else "; the largest that fits"
+    b.decide("Elastic-KV", "--max-model-len", length, why)
+
+
+# ------------------------------------------------------------------------------------------------------ public
+
+def build_profile(model_dir: str | Path, user_args: list[str] | None = None, inventory: Inventory | str | None = None,
+                  abilities: VllmAbilities | None = None) -> LaunchProfile:
+    """The launch profile for a local model directory on the given (or detected) GPUs and vLLM."""
+    facts = load_model_facts(model_dir)
+    abilities = abilities or detect_vllm()
+    if isinstance(inventory, str):
+        inventory = parse_inventory(inventory)
+    inventory = inventory or detect_gpus()
+    b = _Builder(abilities, read_pinned(list(user_args or []), abilities))
+    dropped = _drop_stale_user_flags(b)
+    device = _plan_cpu(b, facts, inventory) if inventory.cpu_only else _plan_gpu(b, facts, inventory)
+    return LaunchProfile(
+        model=str(model_dir),
+        args=b.pinned.without(dropped) + b.flags,
+        env=b.env,
+        decisions=b.decisions,
+        device=f"{device} ({inventory.source})",
+        vllm=abilities.source,
+        memory=b.memory,
+    )
+
+
+def apply_profile(model: str, user_args: list[str], inventory: Inventory | str | None = None) -> LaunchProfile:
+    """What `caovan-vllm-serve` runs: the user's arguments plus the profile's decisions they did not pin.
+
+    A model that is not a local directory with a config.json (a hub name) gets the user's arguments unchanged."""
+    if not (Path(model) / "config.json").is_file():
+        return LaunchProfile(model, list(user_args), {}, [Decision(
+            "profile", "skipped", f"{model!r} is not a local directory with config.json; the launch profile needs "
+                                  "the model's config (download it first to get AutoSpec/AutoMem/Elastic-KV)")],
+            device="unknown", vllm="not inspected")
+    return build_profile(model, user_args, inventory)

@@ -1,0 +1,55 @@
+"""What the plugin is asked to do: the seed's environment variables, then vLLM's --additional-config keys."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+# auto: our kernels where the seam and the device allow (a CUDA GPU); off: the stock vLLM path, the plugin only
+# reports; force: our kernels everywhere, on the CPU through Triton's interpreter (for tests and proofs).
+MODES = ("auto", "off", "force")
+_TRUE = {"1", "true", "yes", "on"}
+
+
+class PluginConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    enabled: bool = True
+    mode: str = "auto"
+    require_turbo3: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
+        env = os.environ if env is None else env
+        settings = cls(
+            enabled=env.get("CAOVAN_ENABLE", "1").strip().lower() in _TRUE,
+            mode=env.get("CAOVAN_MODE", "auto").strip().lower(),
+            require_turbo3=env.get("CAOVAN_REQUIRE_TURBO3", "0").strip().lower() in _TRUE,
+        )
+        return settings.validated("environment variable CAOVAN_MODE")
+
+    def with_additional_config(self, extra: Mapping[str, Any] | None) -> PluginSettings:
+        """Keys of --additional-config win over the environment: they are the per-launch choice."""
+        if not extra:
+            return self
+        updated = self
+        if "caovan" in extra:
+            updated = replace(updated, enabled=bool(extra["caovan"]))
+        if "caovan_mode" in extra:
+            updated = replace(updated, mode=str(extra["caovan_mode"]).strip().lower())
+        if "caovan_require_turbo3" in extra:
+            updated = replace(updated, require_turbo3=bool(extra["caovan_require_turbo3"]))
+        return updated.validated('--additional-config key "caovan_mode"')
+
+    def validated(self, where: str) -> PluginSettings:
+        if self.mode not in MODES:
+            raise PluginConfigError(
+                f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(MODES)} "
+                "(auto = our kernels on CUDA GPUs, off = stock vLLM, force = our kernels everywhere)"
+            )
+        return self

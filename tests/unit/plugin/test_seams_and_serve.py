@@ -1,0 +1,60 @@
+"""The GDN interface check against the installed vLLM, and the environment caovan-vllm-serve gives the engine."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from caovan_kernels.serve import _additional_config, plugin_env
+from caovan_kernels.vllm.seams import SEAMS, check_seams, select_seam
+
+
+def test_every_known_seam_is_reported_with_a_reason():
+    checks = check_seams()
+    assert [c.name for c in checks] == [s.name for s in SEAMS]
+    assert all(c.status in ("PASS", "SKIP") and c.reason for c in checks)
+
+
+def test_installed_cpu_build_offers_the_pluggable_layer_seam():
+    import vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn as gdn
+
+    seam, cls = select_seam()
+    assert seam.name == "qwen_gdn_pluggable_layer" and seam.cpu_path
+    assert cls is gdn.QwenGatedDeltaNetAttention
+
+
+def test_force_on_a_cpu_machine_turns_on_the_triton_interpreter():
+    args = ["--additional-config", json.dumps({"caovan": True, "caovan_mode": "force"})]
+    assert plugin_env(args, {}) == {"TRITON_INTERPRET": "1"}
+    assert plugin_env(["--dtype", "bfloat16"], {}) == {}
+    assert plugin_env([f"--additional-config={json.dumps({'caovan_require_turbo3': True})}"], {}) == {
+        "CAOVAN_REQUIRE_TURBO3": "1"}
+
+
+def test_broken_additional_config_is_refused_with_the_value():
+    with pytest.raises(SystemExit, match="not valid JSON"):
+        _additional_config(["--additional-config", "{caovan:true"])
+
+
+def test_serve_usage_errors():
+    run = [sys.executable, "-m", "caovan_kernels.serve"]
+    assert subprocess.run(run, capture_output=True, text=True).returncode == 2
+    bad = subprocess.run([*run, "--port", "8000"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "first argument must be the model" in bad.stderr
+    ok = subprocess.run([*run, "--help"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "caovan-vllm-serve MODEL" in ok.stdout
+
+
+def test_required_turbo3_without_a_seam_refuses_to_load():
+    # The installed vLLM has the seam; hide its modules to stand in for a vLLM that has none.
+    hide = ("import sys; [sys.modules.__setitem__(m, None) for m in ("
+            "'vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn', "
+            "'vllm.model_executor.layers.mamba.gdn_linear_attn', 'vllm.model_executor.models.qwen3_next')]; "
+            "from caovan_kernels.vllm.plugin import register; register()")
+    env = {"CAOVAN_REQUIRE_TURBO3": "1", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, env=env)
+    assert run.returncode != 0
+    assert "CAOVAN_REQUIRE_TURBO3=1 but this vLLM offers no GDN seam" in run.stderr
+    relaxed = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, env={"PATH": "/usr/bin"})
+    assert relaxed.returncode == 0 and "no GDN seam found, stock kernels" in relaxed.stderr
