@@ -1,0 +1,58 @@
+"""AcceptanceLock: run the same greedy prompts on two engines and hold GDNCore to the stock path's tokens and
+draft acceptance. Used by the CPU integration test and by the CUDA verification script."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import openai
+
+from tests.support.engine import Engine
+
+SPEC_COUNTERS = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
+# Where greedy picks differ, the stock engine's top two candidates must be this close (nats) for the difference
+# to count as rounding (low-precision activations, fp32 state in both paths); anything wider is a real divergence.
+TIE_MARGIN = 0.05
+
+
+@dataclass
+class GreedyRun:
+    tokens: list[list[tuple[str, list[tuple[str, float]]]]]  # per prompt: (token, top-2 alternatives)
+    acceptance: float
+
+
+def greedy_run(engine: Engine, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
+    client = openai.OpenAI(base_url=f"{engine.base_url}/v1", api_key="unused", timeout=600)
+    before = [engine.metric_sum(n) for n in SPEC_COUNTERS]
+    runs = []
+    for prompt in prompts:
+        reply = client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0,
+            logprobs=True, top_logprobs=2,
+        )
+        runs.append([(t.token, [(alt.token, alt.logprob) for alt in t.top_logprobs])
+                     for t in reply.choices[0].logprobs.content])
+    accepted, drafted = (engine.metric_sum(n) - b for n, b in zip(SPEC_COUNTERS, before))
+    if drafted <= 0:
+        raise AssertionError("the engine drafted no tokens: is MTP speculative decoding on?")
+    return GreedyRun(runs, accepted / drafted)
+
+
+def divergences(prompts: list[str], stock: GreedyRun, ours: GreedyRun) -> list[str]:
+    """Problems found; a tie (stock margin below TIE_MARGIN) at the first differing token is allowed and noted."""
+    problems = []
+    for prompt, theirs, mine in zip(prompts, stock.tokens, ours.tokens):
+        if len(mine) != len(theirs):
+            problems.append(f"prompt {prompt!r}: {len(mine)} tokens with GDNCore, {len(theirs)} stock")
+        for pos, ((want, alts), (got, _)) in enumerate(zip(theirs, mine)):
+            if want == got:
+                continue
+            margin = abs(alts[0][1] - alts[1][1]) if len(alts) > 1 else float("inf")
+            if margin >= TIE_MARGIN:
+                problems.append(f"prompt {prompt!r}: token {pos} is {got!r} with GDNCore, {want!r} stock, at a "
+                                f"stock logit margin of {margin:.3f} nats (rounding allows < {TIE_MARGIN})")
+            break
+    if abs(ours.acceptance - stock.acceptance) > 0.02:
+        problems.append(f"draft acceptance {ours.acceptance:.1%} with GDNCore vs {stock.acceptance:.1%} stock "
+                        "differs by more than 2 points")
+    return problems
