@@ -1,6 +1,15 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import torch
+
+# Without a GPU the kernel tests run Triton's interpreter. Triton fixes interpreted-or-compiled when each
+# @triton.jit function (its own library's too) is decorated, so this must precede every import of triton; the
+# imports below pull it in. Engines started by tests get the variable removed again (tests/support/engine.py).
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest
 

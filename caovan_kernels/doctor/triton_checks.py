@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from functools import lru_cache
 
 from caovan_kernels.profile.gpus import Inventory
@@ -36,22 +37,13 @@ def check_triton_version() -> list[Check]:
 @lru_cache(maxsize=None)
 def dot_emits_mma(sm: int) -> tuple[bool, str]:
     """Compile a 32x32 fp16 tl.dot for sm and look for mma in its PTX; returns (found, the first mma line or a
-    note)."""
-    import triton
-    import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-
-    @triton.jit
-    def dot_probe(a, b, c, BLOCK: tl.constexpr):
-        offs = tl.arange(0, BLOCK)
-        tile = offs[:, None] * BLOCK + offs[None, :]
-        tl.store(c + tile, tl.dot(tl.load(a + tile), tl.load(b + tile)))
-
-    source = triton.compiler.ASTSource(
-        fn=dot_probe, signature={"a": "*fp16", "b": "*fp16", "c": "*fp32", "BLOCK": "constexpr"},
-        constexprs={"BLOCK": 32})
-    ptx = triton.compile(source, target=GPUTarget("cuda", sm, 32)).asm["ptx"]
-    mma = [line.strip() for line in ptx.splitlines() if "mma" in line]
+    note). The compile runs in a child process without TRITON_INTERPRET (see dot_probe)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, "-m", "caovan_kernels.doctor.dot_probe", str(sm)], capture_output=True,
+                         text=True, timeout=300, env=env)
+    if run.returncode != 0:
+        raise RuntimeError((run.stderr.strip().splitlines() or ["no output"])[-1])
+    mma = [line.strip() for line in run.stdout.splitlines() if "mma" in line]
     return (True, mma[0].split("{")[0].strip()) if mma else (False, "no mma instruction in the PTX")
 
 

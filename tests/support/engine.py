@@ -47,7 +47,10 @@ def start_engine(model_dir: Path, args: list[str], env: dict[str, str], log_path
     command = [sys.executable, "-m", "caovan_kernels.serve", str(model_dir), "--host", "127.0.0.1",
                "--port", str(port), *args]
     log = log_path.open("wb")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+    # The engine gets a user's environment: the test process's interpreter switch for kernel tests stays here
+    # (caovan-vllm-serve sets it itself where GDNCore needs it).
+    base_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**base_env, **env},
                                start_new_session=True)
     engine = Engine(process, port, log_path)
     deadline = time.monotonic() + timeout_s

@@ -1,0 +1,542 @@
+"""Chunked (WY-form) Gated DeltaNet prefill: two Triton kernels, drop-in for fla-core 0.6.0's chunk_gated_delta_rule.
+
+Per 64-token chunk, with cumulative log decays G_i and A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j):
+
+    w = (I + A)^-1 (beta exp(G) k)      u = (I + A)^-1 (beta v)            (kernel 1, one program per chunk/head)
+    v'  = u - w S                        o = scale exp(G) q S + Aqk v'      (kernel 2, one program per sequence/
+    S  <- exp(G_last) S + (exp(G_last - G) k)^T v'                           head/value block, chunks in order)
+
+Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and
+solves for w and u by block forward substitution, so no 64x64 inverse is ever formed. The state S stays fp32 in
+kernel 2 for the whole sequence (in registers; on sm_75, in a per-program scratch, see kernel2_blocks); only
+w, u, Aqk (input dtype) and G (fp32) go through memory. reference.chunked_gated_delta_rule is the same algorithm
+in plain torch.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from caovan_kernels.gdn._common import CHUNK, SUB, check_heads, head_block, interpreting, precision_for, token_major
+from caovan_kernels.gdn.l2norm import l2norm_scale
+
+# State I/O modes of kernel 2 (runtime ints: one compiled kernel serves all of them).
+STATE_NONE, STATE_PER_SEQUENCE, STATE_CACHE_SLOTS = 0, 1, 2
+
+
+@triton.jit
+def _decayed(x, gi, gj, MASK: tl.constexpr, SUB: tl.constexpr):
+    """x * exp(gi - gj) on a 16x16 block; MASK 0: full, 1: strictly lower, 2: lower with diagonal."""
+    d = gi[:, None] - gj[None, :]
+    if MASK == 0:
+        return x * tl.exp(d)
+    r = tl.arange(0, SUB)
+    if MASK == 1:
+        keep = r[:, None] > r[None, :]
+    else:
+        keep = r[:, None] >= r[None, :]
+    # exp only where kept: above the diagonal gi - gj > 0 can overflow
+    return tl.where(keep, x * tl.exp(tl.where(keep, d, 0.0)), 0.0)
+
+
+@triton.jit
+def _unit_lower_inverse(a, SUB: tl.constexpr):
+    """(I + a)^-1 for strictly lower-triangular a [SUB, SUB], row by row: row_i = e_i - sum_{j<i} a_ij row_j."""
+    r = tl.arange(0, SUB)
+    inv = (r[:, None] == r[None, :]).to(tl.float32)
+    for i in tl.static_range(1, SUB):
+        a_row = tl.sum(tl.where(r[:, None] == i, a, 0.0), 0)
+        new_row = (r == i).to(tl.float32) - tl.sum(a_row[:, None] * inv, 0)
+        inv = tl.where(r[:, None] == i, new_row[None, :], inv)
+    return inv
+
+
+@triton.jit
+def _block_solve(d0, d1, d2, d3, a10, a20, a21, a30, a31, a32, b0, b1, b2, b3, DOT: tl.constexpr):
+    """X = (I + A)^-1 B by 16-row blocks: X_i = D_i (B_i - sum_{j<i} A_ij X_j), D_i the inverted diagonal blocks."""
+    x0 = tl.dot(d0, b0, input_precision=DOT)
+    x1 = tl.dot(d1, b1 - tl.dot(a10, x0, input_precision=DOT), input_precision=DOT)
+    x2 = tl.dot(d2, b2 - tl.dot(a20, x0, input_precision=DOT) - tl.dot(a21, x1, input_precision=DOT), input_precision=DOT)
+    r3 = b3 - tl.dot(a30, x0, input_precision=DOT) - tl.dot(a31, x1, input_precision=DOT)
+    x3 = tl.dot(d3, r3 - tl.dot(a32, x2, input_precision=DOT), input_precision=DOT)
+    return x0, x1, x2, x3
+
+
+@triton.jit
+def _load_rows(ptr, tok, tok_mask, stride_tok, offset, cols, col_mask):
+    return tl.load(ptr + tok[:, None] * stride_tok + offset + cols[None, :], mask=tok_mask[:, None] & col_mask[None, :], other=0.0)
+
+
+@triton.jit
+def _store_rows(ptr, x, tok, tok_mask, stride_tok, offset, cols, col_mask):
+    tl.store(ptr + tok[:, None] * stride_tok + offset + cols[None, :], x.to(ptr.dtype.element_ty), mask=tok_mask[:, None] & col_mask[None, :])
+
+
+@triton.jit
+def _chunk_wy_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, A_log_ptr, dt_bias_ptr,
+    w_ptr, u_ptr, aqk_ptr, gcum_ptr,
+    chunk_ptr, cu_ptr,
+    stride_q, stride_k, stride_v, scale, beta_scale,
+    heads_k, heads_v, dim_k, dim_v,
+    raw_gate, raw_beta,
+    BKC: tl.constexpr, BVC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr,
+):  # fmt: skip
+    c, hv = tl.program_id(0), tl.program_id(1)
+    op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32  # see _chunk_state_output_kernel
+    seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
+    if seq < 0:  # padding entry of the chunk table (its length is an upper bound)
+        return
+    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
+    start = tl.load(cu_ptr + seq).to(tl.int64) + tl.load(chunk_ptr + 2 * c + 1).to(tl.int64) * (4 * SUB)
+    h = hv // (heads_v // heads_k)
+    r = tl.arange(0, SUB)
+    t0 = start + r
+    t1 = t0 + SUB
+    t2 = t1 + SUB
+    t3 = t2 + SUB
+    m0, m1, m2, m3 = t0 < eos, t1 < eos, t2 < eos, t3 < eos
+
+    # log decays, cumulative within the chunk
+    g0 = tl.load(g_ptr + t0 * heads_v + hv, mask=m0, other=0.0).to(tl.float32)
+    g1 = tl.load(g_ptr + t1 * heads_v + hv, mask=m1, other=0.0).to(tl.float32)
+    g2 = tl.load(g_ptr + t2 * heads_v + hv, mask=m2, other=0.0).to(tl.float32)
+    g3 = tl.load(g_ptr + t3 * heads_v + hv, mask=m3, other=0.0).to(tl.float32)
+    if raw_gate:  # g holds a raw projection: decay = -exp(A_log) * softplus(g + dt_bias)
+        neg_a = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+        bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+        g0 = tl.where(m0, neg_a * _softplus(g0 + bias), 0.0)
+        g1 = tl.where(m1, neg_a * _softplus(g1 + bias), 0.0)
+        g2 = tl.where(m2, neg_a * _softplus(g2 + bias), 0.0)
+        g3 = tl.where(m3, neg_a * _softplus(g3 + bias), 0.0)
+    G0 = tl.cumsum(g0, 0)
+    G1 = tl.cumsum(g1, 0) + tl.sum(g0, 0)
+    G2 = tl.cumsum(g2, 0) + tl.sum(g0, 0) + tl.sum(g1, 0)
+    G3 = tl.cumsum(g3, 0) + tl.sum(g0, 0) + tl.sum(g1, 0) + tl.sum(g2, 0)
+    tl.store(gcum_ptr + t0 * heads_v + hv, G0, mask=m0)
+    tl.store(gcum_ptr + t1 * heads_v + hv, G1, mask=m1)
+    tl.store(gcum_ptr + t2 * heads_v + hv, G2, mask=m2)
+    tl.store(gcum_ptr + t3 * heads_v + hv, G3, mask=m3)
+    b0 = tl.load(beta_ptr + t0 * heads_v + hv, mask=m0, other=0.0).to(tl.float32)
+    b1 = tl.load(beta_ptr + t1 * heads_v + hv, mask=m1, other=0.0).to(tl.float32)
+    b2 = tl.load(beta_ptr + t2 * heads_v + hv, mask=m2, other=0.0).to(tl.float32)
+    b3 = tl.load(beta_ptr + t3 * heads_v + hv, mask=m3, other=0.0).to(tl.float32)
+    if raw_beta:  # beta holds logits
+        b0 = tl.where(m0, tl.sigmoid(b0) * beta_scale, 0.0)
+        b1 = tl.where(m1, tl.sigmoid(b1) * beta_scale, 0.0)
+        b2 = tl.where(m2, tl.sigmoid(b2) * beta_scale, 0.0)
+        b3 = tl.where(m3, tl.sigmoid(b3) * beta_scale, 0.0)
+
+    # pass 1: k k^T and q k^T sub-blocks on or below the diagonal, accumulated over key columns
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
+    kk10, kk20, kk21, kk30, kk31, kk32 = z, z, z, z, z, z
+    kk00, kk11, kk22, kk33 = z, z, z, z
+    qk00, qk10, qk11, qk20, qk21, qk22, qk30, qk31, qk32, qk33 = z, z, z, z, z, z, z, z, z, z
+    off_k = h * dim_k
+    for kc in range(0, dim_k, BKC):
+        cols = kc + tl.arange(0, BKC)
+        cm = cols < dim_k
+        k0 = _load_rows(k_ptr, t0, m0, stride_k, off_k, cols, cm).to(op_t)
+        k1 = _load_rows(k_ptr, t1, m1, stride_k, off_k, cols, cm).to(op_t)
+        k2 = _load_rows(k_ptr, t2, m2, stride_k, off_k, cols, cm).to(op_t)
+        k3 = _load_rows(k_ptr, t3, m3, stride_k, off_k, cols, cm).to(op_t)
+        q0 = _load_rows(q_ptr, t0, m0, stride_q, off_k, cols, cm).to(op_t)
+        q1 = _load_rows(q_ptr, t1, m1, stride_q, off_k, cols, cm).to(op_t)
+        q2 = _load_rows(q_ptr, t2, m2, stride_q, off_k, cols, cm).to(op_t)
+        q3 = _load_rows(q_ptr, t3, m3, stride_q, off_k, cols, cm).to(op_t)
+        k0t, k1t, k2t, k3t = tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3)
+        kk00 = tl.dot(k0, k0t, kk00, input_precision=DOT)
+        kk10 = tl.dot(k1, k0t, kk10, input_precision=DOT)
+        kk11 = tl.dot(k1, k1t, kk11, input_precision=DOT)
+        kk20 = tl.dot(k2, k0t, kk20, input_precision=DOT)
+        kk21 = tl.dot(k2, k1t, kk21, input_precision=DOT)
+        kk22 = tl.dot(k2, k2t, kk22, input_precision=DOT)
+        kk30 = tl.dot(k3, k0t, kk30, input_precision=DOT)
+        kk31 = tl.dot(k3, k1t, kk31, input_precision=DOT)
+        kk32 = tl.dot(k3, k2t, kk32, input_precision=DOT)
+        kk33 = tl.dot(k3, k3t, kk33, input_precision=DOT)
+        qk00 = tl.dot(q0, k0t, qk00, input_precision=DOT)
+        qk10 = tl.dot(q1, k0t, qk10, input_precision=DOT)
+        qk11 = tl.dot(q1, k1t, qk11, input_precision=DOT)
+        qk20 = tl.dot(q2, k0t, qk20, input_precision=DOT)
+        qk21 = tl.dot(q2, k1t, qk21, input_precision=DOT)
+        qk22 = tl.dot(q2, k2t, qk22, input_precision=DOT)
+        qk30 = tl.dot(q3, k0t, qk30, input_precision=DOT)
+        qk31 = tl.dot(q3, k1t, qk31, input_precision=DOT)
+        qk32 = tl.dot(q3, k2t, qk32, input_precision=DOT)
+        qk33 = tl.dot(q3, k3t, qk33, input_precision=DOT)
+
+    # gated intra-chunk attention for kernel 2 (row block i, column block j <= i; kernel 2 masks j > i)
+    ld_a = heads_v * 4 * SUB
+    off_a = hv * 4 * SUB
+    _store_rows(aqk_ptr, _decayed(qk00, G0, G0, 2, SUB) * scale, t0, m0, ld_a, off_a, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk10, G1, G0, 0, SUB) * scale, t1, m1, ld_a, off_a, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk11, G1, G1, 2, SUB) * scale, t1, m1, ld_a, off_a + SUB, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk20, G2, G0, 0, SUB) * scale, t2, m2, ld_a, off_a, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk21, G2, G1, 0, SUB) * scale, t2, m2, ld_a, off_a + SUB, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk22, G2, G2, 2, SUB) * scale, t2, m2, ld_a, off_a + 2 * SUB, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk30, G3, G0, 0, SUB) * scale, t3, m3, ld_a, off_a, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk31, G3, G1, 0, SUB) * scale, t3, m3, ld_a, off_a + SUB, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk32, G3, G2, 0, SUB) * scale, t3, m3, ld_a, off_a + 2 * SUB, r, r < SUB)
+    _store_rows(aqk_ptr, _decayed(qk33, G3, G3, 2, SUB) * scale, t3, m3, ld_a, off_a + 3 * SUB, r, r < SUB)
+
+    # A = beta_i exp(G_i - G_j) k_i.k_j below the diagonal; invert the diagonal blocks of I + A
+    a10 = _decayed(kk10, G1, G0, 0, SUB) * b1[:, None]
+    a20 = _decayed(kk20, G2, G0, 0, SUB) * b2[:, None]
+    a21 = _decayed(kk21, G2, G1, 0, SUB) * b2[:, None]
+    a30 = _decayed(kk30, G3, G0, 0, SUB) * b3[:, None]
+    a31 = _decayed(kk31, G3, G1, 0, SUB) * b3[:, None]
+    a32 = _decayed(kk32, G3, G2, 0, SUB) * b3[:, None]
+    d0 = _unit_lower_inverse(_decayed(kk00, G0, G0, 1, SUB) * b0[:, None], SUB)
+    d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB)
+    d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB)
+    d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB)
+
+    # pass 2: w = (I + A)^-1 (beta exp(G) k), column block by column block
+    ld_w = heads_v * dim_k
+    off_w = hv * dim_k
+    e0, e1, e2, e3 = b0 * tl.exp(G0), b1 * tl.exp(G1), b2 * tl.exp(G2), b3 * tl.exp(G3)
+    for kc in range(0, dim_k, BKC):
+        cols = kc + tl.arange(0, BKC)
+        cm = cols < dim_k
+        x0, x1, x2, x3 = _block_solve(
+            d0, d1, d2, d3, a10, a20, a21, a30, a31, a32,
+            _load_rows(k_ptr, t0, m0, stride_k, off_k, cols, cm).to(tl.float32) * e0[:, None],
+            _load_rows(k_ptr, t1, m1, stride_k, off_k, cols, cm).to(tl.float32) * e1[:, None],
+            _load_rows(k_ptr, t2, m2, stride_k, off_k, cols, cm).to(tl.float32) * e2[:, None],
+            _load_rows(k_ptr, t3, m3, stride_k, off_k, cols, cm).to(tl.float32) * e3[:, None],
+            DOT,
+        )  # fmt: skip
+        _store_rows(w_ptr, x0, t0, m0, ld_w, off_w, cols, cm)
+        _store_rows(w_ptr, x1, t1, m1, ld_w, off_w, cols, cm)
+        _store_rows(w_ptr, x2, t2, m2, ld_w, off_w, cols, cm)
+        _store_rows(w_ptr, x3, t3, m3, ld_w, off_w, cols, cm)
+
+    # u = (I + A)^-1 (beta v)
+    ld_u = heads_v * dim_v
+    off_v = hv * dim_v
+    for vc in range(0, dim_v, BVC):
+        cols = vc + tl.arange(0, BVC)
+        cm = cols < dim_v
+        x0, x1, x2, x3 = _block_solve(
+            d0, d1, d2, d3, a10, a20, a21, a30, a31, a32,
+            _load_rows(v_ptr, t0, m0, stride_v, off_v, cols, cm).to(tl.float32) * b0[:, None],
+            _load_rows(v_ptr, t1, m1, stride_v, off_v, cols, cm).to(tl.float32) * b1[:, None],
+            _load_rows(v_ptr, t2, m2, stride_v, off_v, cols, cm).to(tl.float32) * b2[:, None],
+            _load_rows(v_ptr, t3, m3, stride_v, off_v, cols, cm).to(tl.float32) * b3[:, None],
+            DOT,
+        )  # fmt: skip
+        _store_rows(u_ptr, x0, t0, m0, ld_u, off_v, cols, cm)
+        _store_rows(u_ptr, x1, t1, m1, ld_u, off_v, cols, cm)
+        _store_rows(u_ptr, x2, t2, m2, ld_u, off_v, cols, cm)
+        _store_rows(u_ptr, x3, t3, m3, ld_u, off_v, cols, cm)
+
+
+@triton.jit
+def _softplus(x):
+    # torch's softplus with beta 1 and threshold 20, as vLLM's gate uses
+    return tl.where(x <= 20.0, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))), x)
+
+
+@triton.jit
+def _state_offsets(rows_k, cols_v, dim_k, dim_v, V_FIRST: tl.constexpr):
+    if V_FIRST:
+        return cols_v[None, :] * dim_k + rows_k[:, None]
+    return rows_k[:, None] * dim_v + cols_v[None, :]
+
+
+@triton.jit
+def _chunk_state_output_kernel(
+    q_ptr, k_ptr, w_ptr, u_ptr, aqk_ptr, gcum_ptr, o_ptr,
+    h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, scratch_ptr,
+    stride_q, stride_k, stride_state, scale,
+    heads_k, heads_v, dim_k, dim_v,
+    h0_mode, ht_mode, use_has_h0,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SPLIT_K: tl.constexpr, V_FIRST: tl.constexpr,
+    DOT: tl.constexpr, NATIVE: tl.constexpr,
+):  # fmt: skip
+    """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
+
+    SPLIT_K == BK: the fp32 state tile lives in registers (GPUs with tensor cores). SPLIT_K < BK (sm_75, where
+    tl.dot is FMA and a product over a 128-deep axis holds whole operand rows per thread and spills): the state
+    lives in a per-program fp32 scratch (L1/L2 resident) and every product runs over SPLIT_K-row slices of it.
+    NATIVE: dot operands in the input dtype with fp32 accumulation (what tensor cores take; the state is rounded
+    only as an operand and stays fp32 between chunks). Off in the interpreter, whose bf16 dot is broken.
+    """
+    iv, pid = tl.program_id(0), tl.program_id(1)
+    op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
+    seq, hv = pid // heads_v, pid % heads_v
+    h = hv // (heads_v // heads_k)
+    bos = tl.load(cu_ptr + seq).to(tl.int64)
+    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
+    rv = iv * BV + tl.arange(0, BV)
+    vm = rv < dim_v
+
+    # where this sequence's state comes from and goes to: its own row, or a slot of vLLM's state cache
+    row = seq.to(tl.int64)
+    if h0_mode == 2 or ht_mode == 2:
+        row = tl.load(slot_ptr + seq).to(tl.int64)
+    live = row >= 0
+    if h0_mode == 2 or ht_mode == 2:
+        live = row > 0  # slot 0 is vLLM's null block, negative slots are padding
+    load_h0 = (h0_mode != 0) & live
+    if use_has_h0:
+        load_h0 = load_h0 & (tl.load(has_h0_ptr + seq) != 0)
+    store_ht = (ht_mode != 0) & live
+    h0_base = h0_ptr + row * stride_state + hv * dim_k * dim_v
+    ht_base = ht_ptr + row * stride_state + hv * dim_k * dim_v
+
+    rt = tl.arange(0, BT)
+    causal = rt[:, None] >= rt[None, :]
+    if SPLIT_K == BK:
+        rk = tl.arange(0, BK)
+        km = rk < dim_k
+        state_off = _state_offsets(rk, rv, dim_k, dim_v, V_FIRST)
+        state_mask = km[:, None] & vm[None, :]
+        S = tl.zeros([BK, BV], dtype=tl.float32)
+        if load_h0:
+            S = tl.load(h0_base + state_off, mask=state_mask, other=0.0).to(tl.float32)
+        for t0 in range(bos, eos, BT):
+            tok = t0 + rt
+            tm = tok < eos
+            hrow = tok * heads_v + hv
+            w = tl.load(w_ptr + hrow[:, None] * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+            u = tl.load(u_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+            S_op = S.to(op_t)
+            v_new = u.to(tl.float32) - tl.dot(w.to(op_t), S_op, input_precision=DOT)
+            v_op = v_new.to(op_t)
+            G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
+            g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
+            q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            o = tl.dot((q.to(tl.float32) * (tl.exp(G) * scale)[:, None]).to(op_t), S_op, input_precision=DOT)
+            o += tl.dot(a.to(op_t), v_op, input_precision=DOT)
+            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+            k_decayed = k.to(tl.float32) * tl.exp(g_last - G)[:, None]
+            S = S * tl.exp(g_last) + tl.dot(tl.trans(k_decayed.to(op_t)), v_op, input_precision=DOT)
+        if store_ht:
+            tl.store(ht_base + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
+    else:
+        rs = tl.arange(0, SPLIT_K)
+        scratch = scratch_ptr + (pid * tl.num_programs(0) + iv).to(tl.int64) * (BK * BV)
+        scratch_off = rs[:, None] * BV + tl.arange(0, BV)[None, :]
+        for kb in tl.static_range(0, BK, SPLIT_K):
+            rk = kb + rs
+            S = tl.zeros([SPLIT_K, BV], dtype=tl.float32)
+            if load_h0:
+                mask = (rk < dim_k)[:, None] & vm[None, :]
+                S = tl.load(h0_base + _state_offsets(rk, rv, dim_k, dim_v, V_FIRST), mask=mask, other=0.0).to(tl.float32)
+            tl.store(scratch + kb * BV + scratch_off, S)
+        tl.debug_barrier()
+        for t0 in range(bos, eos, BT):
+            tok = t0 + rt
+            tm = tok < eos
+            hrow = tok * heads_v + hv
+            G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
+            g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
+            q_scale = (tl.exp(G) * scale)[:, None]
+            v_new = tl.load(u_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0).to(tl.float32)
+            o = tl.zeros([BT, BV], dtype=tl.float32)
+            for kb in tl.static_range(0, BK, SPLIT_K):
+                rk = kb + rs
+                m = tm[:, None] & (rk < dim_k)[None, :]
+                S_op = tl.load(scratch + kb * BV + scratch_off).to(op_t)
+                w = tl.load(w_ptr + hrow[:, None] * dim_k + rk[None, :], mask=m, other=0.0)
+                q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=m, other=0.0)
+                v_new -= tl.dot(w.to(op_t), S_op, input_precision=DOT)
+                o += tl.dot((q.to(tl.float32) * q_scale).to(op_t), S_op, input_precision=DOT)
+            v_op = v_new.to(op_t)
+            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            o += tl.dot(a.to(op_t), v_op, input_precision=DOT)
+            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            tl.debug_barrier()  # every thread has read the old state before any thread overwrites it
+            k_decay = tl.exp(g_last - G)[:, None]
+            for kb in tl.static_range(0, BK, SPLIT_K):
+                rk = kb + rs
+                k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & (rk < dim_k)[None, :], other=0.0)
+                S = tl.load(scratch + kb * BV + scratch_off) * tl.exp(g_last)
+                S += tl.dot(tl.trans((k.to(tl.float32) * k_decay).to(op_t)), v_op, input_precision=DOT)
+                tl.store(scratch + kb * BV + scratch_off, S)
+            tl.debug_barrier()
+        if store_ht:
+            for kb in tl.static_range(0, BK, SPLIT_K):
+                rk = kb + rs
+                mask = (rk < dim_k)[:, None] & vm[None, :]
+                S = tl.load(scratch + kb * BV + scratch_off)
+                tl.store(ht_base + _state_offsets(rk, rv, dim_k, dim_v, V_FIRST), S.to(ht_ptr.dtype.element_ty), mask=mask)
+
+
+def kernel2_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int, int]:
+    """(BK, BV, SPLIT_K, num_warps) of the state/output kernel.
+
+    With tensor cores the fp32 state tile BK x BV stays in registers (BV 32: enough programs for one long
+    sequence). Where tl.dot is FMA (sm_75, the interpreter) the state goes through scratch in 32-row slices and
+    value blocks are 16 wide: the sizes at which ptxas keeps every product without spilling on sm_75.
+    """
+    bk = head_block(dim_k)
+    bv = min(32, head_block(dim_v))
+    if fma_only:
+        return bk, min(16, bv), min(32, bk), 8
+    return bk, bv, bk, 8 if bk > 64 else 4
+
+
+def kernel1_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int]:
+    """(BKC, BVC, num_warps) of the WY kernel: column blocks bound its registers for any head dim (FMA: smaller)."""
+    if fma_only:
+        return min(32, head_block(dim_k)), min(16, head_block(dim_v)), 8
+    return min(64, head_block(dim_k)), min(64, head_block(dim_v)), 4
+
+
+_uniform_bounds: dict[tuple[int, int, torch.device], torch.Tensor] = {}
+
+
+def _uniform_cu_seqlens(batch: int, length: int, device: torch.device) -> torch.Tensor:
+    key = (batch, length, device)
+    cu = _uniform_bounds.get(key)
+    if cu is None:
+        cu = torch.arange(0, (batch + 1) * length, length, dtype=torch.int32, device=device)
+        _uniform_bounds[key] = cu
+    return cu
+
+
+def chunk_table(cu_seqlens: torch.Tensor, total_tokens: int) -> torch.Tensor:
+    """[(sequence, chunk-in-sequence)] for every 64-token chunk, padded with (-1, 0) to an upper bound.
+
+    Built on the device without a host sync (the bound total_tokens // 64 + N is known from shapes alone), in
+    the same layout as fla's chunk_indices.
+    """
+    n = cu_seqlens.numel() - 1
+    bound = total_tokens // CHUNK + n
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+    chunks = (lengths + CHUNK - 1) // CHUNK
+    ends = torch.cumsum(chunks, 0)
+    c = torch.arange(bound, device=cu_seqlens.device)
+    seq = torch.searchsorted(ends, c, right=True)
+    valid = seq < n
+    seq = seq.clamp(max=n - 1)
+    local = c - (ends[seq] - chunks[seq])
+    return torch.stack((torch.where(valid, seq, -1), torch.where(valid, local, 0)), 1).to(torch.int32)
+
+
+def chunk_gated_delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None = None,
+    initial_state: torch.Tensor | None = None,
+    output_final_state: bool = False,
+    use_qk_l2norm_in_kernel: bool = False,
+    use_beta_sigmoid_in_kernel: bool = False,
+    allow_neg_eigval: bool = False,
+    state_v_first: bool = False,
+    cu_seqlens: torch.Tensor | None = None,
+    cu_seqlens_cpu: torch.Tensor | None = None,
+    chunk_indices: torch.Tensor | None = None,
+    cp_context: object | None = None,
+    *,
+    use_gate_in_kernel: bool = False,
+    A_log: torch.Tensor | None = None,
+    dt_bias: torch.Tensor | None = None,
+    ssm_state_indices: torch.Tensor | None = None,
+    has_initial_state: torch.Tensor | None = None,
+    core_attn_out: torch.Tensor | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Gated DeltaNet prefill, fla-core 0.6.0's call: q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV].
+
+    Returns (o [B, T, HV, V] in q's dtype, final state [N, HV, K, V] fp32 (or [N, HV, V, K] with state_v_first)
+    when output_final_state, else None). With cu_seqlens (N + 1 bounds) B must be 1.
+
+    State-cache mode (what vLLM needs): pass the cache [slots, HV, K, V] (or [slots, HV, V, K]) as
+    initial_state and ssm_state_indices [N]: sequence n starts from slot ssm_state_indices[n] (from zero where
+    has_initial_state[n] is False) and, when output_final_state, its final state is written back into that slot
+    in place; the cache itself is returned. Slots <= 0 (vLLM's null block, padding) are neither read nor written.
+    chunk_indices (fla's layout, chunk size 64) skips building the chunk table; cu_seqlens_cpu is not needed.
+    """
+    if cp_context is not None:
+        raise NotImplementedError("caovan GDN: context parallelism (cp_context) is a training feature; not supported")
+    H, HV, K, V = check_heads(q, k, v)
+    B, T = q.shape[0], q.shape[1]
+    if cu_seqlens is not None and B != 1:
+        raise ValueError(f"with cu_seqlens the batch dim must be 1 (flattened sequences), got {B}")
+    if scale is None:
+        scale = K**-0.5
+    if use_gate_in_kernel and (A_log is None or dt_bias is None):
+        raise ValueError("use_gate_in_kernel needs A_log and dt_bias")
+    device = q.device
+    total = B * T
+    cu = cu_seqlens if cu_seqlens is not None else _uniform_cu_seqlens(B, T, device)
+    n_seq = cu.numel() - 1
+
+    if use_qk_l2norm_in_kernel:
+        q, k = l2norm_scale(q), l2norm_scale(k)
+    q, stride_q = token_major(q)
+    k, stride_k = token_major(k)
+    v, stride_v = token_major(v)
+    g, beta = g.contiguous(), beta.contiguous()
+
+    work_dtype = q.dtype
+    w = torch.empty(total, HV, K, dtype=work_dtype, device=device)
+    u = torch.empty(total, HV, V, dtype=work_dtype, device=device)
+    aqk = torch.empty(total, HV, CHUNK, dtype=work_dtype, device=device)
+    gcum = torch.empty(total, HV, dtype=torch.float32, device=device)
+    if core_attn_out is not None:
+        o = core_attn_out.view(B, T, HV, V)
+    else:
+        o = torch.empty(B, T, HV, V, dtype=q.dtype, device=device)
+    if total == 0:
+        return o, None
+
+    table = chunk_indices.to(torch.int32) if chunk_indices is not None else chunk_table(cu, total)
+    dot = precision_for(q)
+    native = not interpreting()
+    fma_only = dot == "ieee"  # no tensor cores for these dots: sm_75, or the interpreter
+    bkc, bvc, warps1 = kernel1_blocks(K, V, fma_only)
+    _chunk_wy_kernel[(table.shape[0], HV)](
+        q, k, v, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
+        w, u, aqk, gcum, table, cu,
+        stride_q, stride_k, stride_v, scale, 2.0 if allow_neg_eigval else 1.0,
+        H, HV, K, V, int(use_gate_in_kernel), int(use_beta_sigmoid_in_kernel),
+        BKC=bkc, BVC=bvc, SUB=SUB, DOT=dot, NATIVE=native, num_warps=warps1,
+    )  # fmt: skip
+
+    state_shape = (n_seq, HV, V, K) if state_v_first else (n_seq, HV, K, V)
+    final = None
+    slots = has_init = gcum  # placeholders for unused pointer arguments
+    if ssm_state_indices is not None:
+        if initial_state is None:
+            raise ValueError("ssm_state_indices needs the state cache passed as initial_state")
+        h0_mode, ht_mode = STATE_CACHE_SLOTS, (STATE_CACHE_SLOTS if output_final_state else STATE_NONE)
+        cache = initial_state
+        if cache.stride(-1) != 1 or cache.stride(-2) != cache.shape[-1] or cache.stride(-3) != cache.shape[-1] * cache.shape[-2]:
+            raise ValueError("the state cache must be dense within a slot ([HV, K, V] or [HV, V, K])")
+        h0, ht, stride_state, slots = cache, cache, cache.stride(0), ssm_state_indices
+        final = cache if output_final_state else None
+    else:
+        h0_mode = STATE_PER_SEQUENCE if initial_state is not None else STATE_NONE
+        ht_mode = STATE_PER_SEQUENCE if output_final_state else STATE_NONE
+        h0 = initial_state.contiguous() if initial_state is not None else gcum
+        if output_final_state:
+            final = torch.empty(state_shape, dtype=torch.float32, device=device)
+        ht = final if final is not None else gcum
+        stride_state = HV * K * V
+    if has_initial_state is not None:
+        has_init = has_initial_state.to(torch.int8)
+
+    bk, bv, split_k, warps2 = kernel2_blocks(K, V, fma_only)
+    grid = (triton.cdiv(V, bv), n_seq * HV)
+    scratch = gcum if split_k == bk else torch.empty(grid[0] * grid[1] * bk * bv, dtype=torch.float32, device=device)
+    _chunk_state_output_kernel[grid](
+        q, k, w, u, aqk, gcum, o,
+        h0, ht, slots, has_init, cu, scratch,
+        stride_q, stride_k, stride_state, scale,
+        H, HV, K, V,
+        h0_mode, ht_mode, int(has_initial_state is not None),
+        BT=CHUNK, BK=bk, BV=bv, SPLIT_K=split_k, V_FIRST=state_v_first, DOT=dot, NATIVE=native, num_warps=warps2,
+    )  # fmt: skip
+    return o, final

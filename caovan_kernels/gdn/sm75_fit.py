@@ -1,0 +1,157 @@
+"""Turing fitness of every GDN kernel configuration the wrappers can launch, checked without a GPU.
+
+Each configuration is compiled for sm_75 (triton.compile with GPUTarget("cuda", 75, 32)); the PTX then goes
+through Triton's bundled ptxas -v for sm_75 to read registers and spills. A configuration fits when its shared
+memory is within the 64 KB an sm_75 SM has, ptxas reports no spill stores or loads, and (fp16 inputs) the PTX
+holds no bf16 instruction, which sm_75 lacks.
+
+Run as `python -m caovan_kernels.gdn.sm75_fit [--json]` (TRITON_INTERPRET must be unset).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from caovan_kernels.gdn import chunk, l2norm, recurrent
+from caovan_kernels.gdn._common import CHUNK, SUB, head_block
+
+SM75 = GPUTarget("cuda", 75, 32)
+SM75_SHARED_BYTES = 64 * 1024
+# head dims that reach each power-of-two block the wrappers can pick (100 stands for the masked, unaligned case)
+HEAD_DIMS = (16, 32, 64, 100, 128, 256)
+
+
+@dataclass
+class Config:
+    kernel: str
+    label: str
+    fn: object
+    signature: dict[str, str]
+    constexprs: dict[str, object]
+    aligned: list[str]  # arguments the launch sees 16-divisible (Triton specialises on that)
+    num_warps: int
+
+
+@dataclass
+class Fit:
+    kernel: str
+    config: str
+    shared_bytes: int
+    registers: int
+    spill_bytes: int
+    bf16_in_ptx: bool
+
+    @property
+    def fits(self) -> bool:
+        return self.shared_bytes <= SM75_SHARED_BYTES and self.spill_bytes == 0 and not self.bf16_in_ptx
+
+
+def _signature(fn: object, types: dict[str, str], constexprs: dict[str, object]) -> dict[str, str]:
+    sig = {}
+    for name in fn.arg_names:
+        sig[name] = "constexpr" if name in constexprs else types.get(name, "*fp16" if name.endswith("_ptr") else "i32")
+    return sig
+
+
+def _dims_aligned(dim_k: int, dim_v: int) -> list[str]:
+    return [n for n, d in (("dim_k", dim_k), ("dim_v", dim_v)) if d % 16 == 0]
+
+
+def launch_configs() -> list[Config]:
+    """Every (kernel, blocks, warps, layout) the wrappers launch on an sm_75 GPU (fp16), per reachable head dim."""
+    configs: list[Config] = []
+    ptr_f32 = {"gcum_ptr": "*fp32", "scratch_ptr": "*fp32", "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "h0_ptr": "*fp32", "ht_ptr": "*fp32"}
+    ints = {"chunk_ptr": "*i32", "cu_ptr": "*i32", "slot_ptr": "*i32", "accepted_ptr": "*i32", "has_h0_ptr": "*i8"}
+    floats = {"scale": "fp32", "beta_scale": "fp32", "softplus_beta": "fp32", "softplus_threshold": "fp32"}
+    types = {**ptr_f32, **ints, **floats}
+    strides = ["stride_q", "stride_k", "stride_v", "stride_state", "stride_h0", "stride_ht"]
+    for dim in HEAD_DIMS:
+        bkc, bvc, warps1 = chunk.kernel1_blocks(dim, dim, fma_only=True)
+        ce = {"BKC": bkc, "BVC": bvc, "SUB": SUB, "DOT": "ieee", "NATIVE": True}
+        fn = chunk._chunk_wy_kernel
+        configs.append(Config("chunk_wy", f"K=V={dim} BKC={bkc} BVC={bvc} w{warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps1))
+        bk, bv, split_k, warps2 = chunk.kernel2_blocks(dim, dim, fma_only=True)
+        for v_first in (False, True):
+            ce = {"BT": CHUNK, "BK": bk, "BV": bv, "SPLIT_K": split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
+            fn = chunk._chunk_state_output_kernel
+            label = f"K=V={dim} BK={bk} BV={bv} SK={split_k} w{warps2} {'VK' if v_first else 'KV'}"
+            configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps2))
+        bk, bv, warps3 = recurrent.decode_blocks(dim, dim, fma_only=True)
+        for v_first in (False, True):
+            ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}
+            fn = recurrent._recurrent_kernel
+            label = f"K=V={dim} BK={bk} BV={bv} w{warps3} {'VK' if v_first else 'KV'}"
+            configs.append(Config("recurrent", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps3))
+        ce = {"BD": head_block(dim)}
+        fn = l2norm._l2norm_scale_kernel
+        configs.append(Config("l2norm_scale", f"dim={dim} BD={head_block(dim)} w1", fn, _signature(fn, types, ce), ce, ["stride_x_tok"] + (["dim"] if dim % 16 == 0 else []), 1))
+    return configs
+
+
+def _attrs(cfg: Config) -> dict[tuple[int, ...], list[list[object]]]:
+    names = cfg.fn.arg_names
+    aligned = {n for n in names if n.endswith("_ptr")} | set(cfg.aligned)
+    return {(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n in names and n not in cfg.constexprs}
+
+
+_PTXAS_STATS = re.compile(r"Used (\d+) registers")
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def ptxas_path() -> str:
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas")
+
+
+def check(cfg: Config) -> Fit:
+    src = ASTSource(cfg.fn, cfg.signature, constexprs=cfg.constexprs, attrs=_attrs(cfg))
+    compiled = triton.compile(src, target=SM75, options={"num_warps": cfg.num_warps})
+    ptx = compiled.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx_file = Path(tmp) / "k.ptx"
+        ptx_file.write_text(ptx)
+        report = subprocess.run(
+            [ptxas_path(), "-v", "--gpu-name", "sm_75", str(ptx_file), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True, text=True, check=True,
+        ).stderr  # fmt: skip
+    registers = int(_PTXAS_STATS.search(report).group(1))
+    spill = sum(int(s) + int(l) for s, l in _SPILLS.findall(report))
+    bf16 = re.search(r"\.bf16|bf16x2", ptx) is not None
+    return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16)
+
+
+def check_all() -> list[Fit]:
+    return [check(cfg) for cfg in launch_configs()]
+
+
+def table(fits: list[Fit]) -> str:
+    lines = [f"{'kernel':<20} {'config':<34} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} fits"]
+    for f in fits:
+        lines.append(f"{f.kernel:<20} {f.config:<34} {f.shared_bytes:>9} {f.registers:>5} {f.spill_bytes:>8} {str(f.bf16_in_ptx):>5} {'yes' if f.fits else 'NO'}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        print("unset TRITON_INTERPRET: the fitness check compiles for sm_75", file=sys.stderr)
+        return 2
+    fits = check_all()
+    if "--json" in sys.argv:
+        print(json.dumps([asdict(f) | {"fits": f.fits} for f in fits]))
+    else:
+        print(table(fits))
+    return 0 if all(f.fits for f in fits) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

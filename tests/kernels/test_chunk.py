@@ -1,0 +1,138 @@
+"""Chunked prefill (chunk_gated_delta_rule) against the float64 recurrent reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from gdn_cases import CHUNK_TOL, make_inputs, random_states, rel_err
+
+from caovan_kernels.gdn import chunk_gated_delta_rule
+from caovan_kernels.gdn import reference as R
+
+
+def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+# (T, H, HV, K, V, dtype, gates, with_initial_state): T around the 64-token chunk, GVA ratios 1, 2, 3, 6,
+# head dims 64, 100 (masked), 128 (and 32/16, fp32), gates from ~0 to strongly decaying.
+CASES = [
+    (1, 1, 1, 64, 64, torch.float16, "none", True),
+    (63, 1, 2, 100, 64, torch.float16, "mild", False),
+    (64, 1, 3, 128, 128, torch.bfloat16, "strong", True),
+    (70, 1, 6, 64, 100, torch.float16, "mild", True),
+    (97, 2, 4, 64, 64, torch.bfloat16, "none", False),
+    (20, 1, 2, 32, 16, torch.float32, "mild", True),
+]
+
+
+@pytest.mark.parametrize("T,H,HV,K,V,dtype,gates,with_h0", CASES)
+def test_chunk_matches_reference(gen, device, T, H, HV, K, V, dtype, gates, with_h0):
+    x = make_inputs(gen, 1, T, H, HV, K, V, dtype, gates, device)
+    h0 = random_states(gen, 1, HV, K, V, device) if with_h0 else None
+    out = _poisoned((1, T, HV, V), dtype, device)
+    o, ht = chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, initial_state=h0, output_final_state=True, core_attn_out=out
+    )
+    ref_o, ref_h, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, None if h0 is None else h0[0])
+    assert o.data_ptr() == out.data_ptr() and o.dtype == dtype
+    assert rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    assert ht.dtype == torch.float32 and ht.shape == (1, HV, K, V)
+    assert rel_err(ht[0], ref_h) < CHUNK_TOL[dtype]
+
+
+def test_chunk_batched_v_first_scale(gen, device):
+    """B > 1 without cu_seqlens, a custom scale, the final state returned in the [V, K] layout."""
+    B, T, H, HV, K, V = 2, 70, 1, 2, 64, 64
+    x = make_inputs(gen, B, T, H, HV, K, V, torch.float16, "mild", device)
+    h0 = random_states(gen, B, HV, K, V, device)
+    o, ht = chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, scale=0.3, initial_state=h0.transpose(-1, -2).contiguous(),
+        output_final_state=True, state_v_first=True,
+    )  # fmt: skip
+    assert ht.shape == (B, HV, V, K)
+    for b in range(B):
+        ref_o, ref_h, _ = R.recurrent_gated_delta_rule(x.q[b], x.k[b], x.v[b], x.g[b], x.beta[b], 0.3, h0[b])
+        assert rel_err(o[b], ref_o) < CHUNK_TOL[torch.float16]
+        assert rel_err(ht[b].transpose(-1, -2), ref_h) < CHUNK_TOL[torch.float16]
+
+
+@pytest.mark.parametrize("state_v_first", [False, True])
+def test_chunk_varlen_state_cache(gen, device, state_v_first):
+    """vLLM's prefill: packed sequences of 1, 2, 67 and 150 tokens, states gathered from / scattered to a cache.
+
+    Sequence 0 reads its slot; 1 has no initial state (its poisoned slot must not be read, only overwritten);
+    2 reads its slot; 3 sits on the null slot 0 (starts from zero, writes nothing). Unused slots stay untouched.
+    """
+    lens = [1, 2, 67, 150]
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n)
+    H, HV, K, V, dtype = 1, 2, 64, 64, torch.float16
+    x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
+    slots = torch.tensor([5, 2, 7, 0], dtype=torch.int32, device=device)
+    has_h0 = torch.tensor([True, False, True, True], device=device)
+    states = random_states(gen, 9, HV, K, V, device)  # reference layout [slot, HV, K, V]
+    states[2] = float("nan")
+    cache = (states.transpose(-1, -2) if state_v_first else states).clone().contiguous()
+    before = cache.clone()
+    out = _poisoned((1, cu[-1], HV, V), dtype, device)
+    o, ret = chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, initial_state=cache, output_final_state=True,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), state_v_first=state_v_first,
+        ssm_state_indices=slots, has_initial_state=has_h0, core_attn_out=out,
+    )  # fmt: skip
+    assert ret is cache
+    h0 = torch.stack([states[5], torch.zeros_like(states[0]), states[7], torch.zeros_like(states[0])])
+    ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, cu, h0)
+    assert rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    for n in range(4):
+        lo, hi = cu[n], cu[n + 1]
+        assert rel_err(o[0, lo:hi], ref_o[lo:hi]) < CHUNK_TOL[dtype], f"sequence {n}"
+    got = cache.transpose(-1, -2) if state_v_first else cache
+    for n, slot in enumerate([5, 2, 7]):
+        assert rel_err(got[slot], ref_h[n]) < CHUNK_TOL[dtype], f"slot {slot}"
+    untouched = [s for s in range(9) if s not in (5, 2, 7)]
+    assert torch.equal(cache[untouched], before[untouched])
+
+
+def test_chunk_in_kernel_norm_and_gates(gen, device):
+    """use_qk_l2norm_in_kernel, use_gate_in_kernel (A_log, dt_bias) and use_beta_sigmoid_in_kernel."""
+    T, H, HV, K, V, dtype = 80, 1, 2, 64, 64, torch.bfloat16
+    x = make_inputs(gen, 1, T, H, HV, K, V, dtype, "none", device)
+    q = (3.0 * x.q.float()).to(dtype)  # not unit norm: the kernel normalises
+    k = (2.0 * x.k.float()).to(dtype)
+    a = torch.randn(1, T, HV, generator=gen).to(device, dtype)
+    b = torch.randn(1, T, HV, generator=gen).to(device, dtype)
+    A_log = torch.randn(HV, generator=gen).to(device) - 2.0
+    dt_bias = torch.randn(HV, generator=gen).to(device)
+    o, _ = chunk_gated_delta_rule(
+        q, k, x.v, a, b, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+        use_beta_sigmoid_in_kernel=True,
+    )  # fmt: skip
+    g = R.gate_from_raw(A_log, a[0], dt_bias)
+    ref_o, _, _ = R.recurrent_gated_delta_rule(q[0], k[0], x.v[0], g, torch.sigmoid(b[0].double()), K**-0.5, use_qk_l2norm=True)
+    assert rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+
+
+def test_chunked_form_equals_recurrence(gen):
+    """The WY chunked form the kernels implement (plain torch, float64) equals the token-by-token recurrence."""
+    x = make_inputs(gen, 1, 150, 2, 4, 32, 24, torch.float64, "strong", torch.device("cpu"))
+    h0 = random_states(gen, 1, 4, 32, 24, torch.device("cpu")).double()
+    o, h = R.chunked_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 0.2, h0[0])
+    ref_o, ref_h, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 0.2, h0[0])
+    assert rel_err(o, ref_o) < 1e-10 and rel_err(h, ref_h) < 1e-10  # float64 throughout
+
+
+def test_chunk_given_chunk_indices(gen, device):
+    """fla-format chunk_indices ([sequence, chunk in sequence] rows, 64-token chunks) are used as given."""
+    cu = [0, 10, 80]
+    x = make_inputs(gen, 1, 80, 1, 1, 64, 64, torch.float16, "mild", device)
+    table = torch.tensor([[0, 0], [1, 0], [1, 1]], dtype=torch.int64, device=device)
+    o, ht = chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, output_final_state=True,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), chunk_indices=table,
+    )  # fmt: skip
+    ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 64**-0.5, cu)
+    assert rel_err(o[0], ref_o) < CHUNK_TOL[torch.float16]
+    assert rel_err(ht, ref_h) < CHUNK_TOL[torch.float16]

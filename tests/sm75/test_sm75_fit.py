@@ -1,0 +1,34 @@
+"""Every GDN kernel configuration the wrappers launch on sm_75 compiles for it within Turing's limits.
+
+Compiled with triton.compile(target=GPUTarget("cuda", 75, 32)) and measured with the ptxas -v bundled with
+Triton: shared memory within 64 KB, no spill stores or loads, no bf16 instruction in the fp16 PTX. The table
+(kernel, config, shared memory, registers) is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_launch_config_fits_sm75() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "caovan_kernels.gdn.sm75_fit", "--json"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
+    )  # fmt: skip
+    assert done.stdout.strip(), f"the fitness check printed nothing:\n{done.stderr[-3000:]}"
+    fits = json.loads(done.stdout)
+    print(f"\n{'kernel':<20} {'config':<40} {'shared B':>9} {'regs':>5} {'spill B':>8} bf16")
+    for f in fits:
+        print(f"{f['kernel']:<20} {f['config']:<40} {f['shared_bytes']:>9} {f['registers']:>5} {f['spill_bytes']:>8} {f['bf16_in_ptx']}")
+    kernels = {f["kernel"] for f in fits}
+    assert kernels == {"chunk_wy", "chunk_state_output", "recurrent", "l2norm_scale"}
+    misfits = [f for f in fits if not f["fits"]]
+    assert not misfits, f"configurations that do not fit sm_75: {misfits}"
