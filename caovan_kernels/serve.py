@@ -45,6 +45,27 @@ def _additional_config(args: list[str]) -> dict:
     return {}
 
 
+def inject_plugin_config(args: list[str], env: Mapping[str, str]) -> list[str]:
+    """Make the plugin's settings explicit in --additional-config (keys the user gave win), so the engine log and
+    /status show what the plugin was asked to do."""
+    from caovan_kernels.vllm.settings import PluginSettings
+
+    given = _additional_config(args)
+    settings = PluginSettings.from_env(env)
+    merged = {"caovan": settings.enabled, "caovan_mode": settings.mode, **given}
+    if settings.require_turbo3:
+        merged.setdefault("caovan_require_turbo3", True)
+    rest, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--additional-config":
+            skip = True
+        elif not arg.startswith("--additional-config="):
+            rest.append(arg)
+    return [*rest, "--additional-config", json.dumps(merged, separators=(",", ":"))]
+
+
 def plugin_env(args: list[str], env: Mapping[str, str]) -> dict[str, str]:
     """Environment the plugin needs from the very start of every engine process.
 
@@ -88,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"caovan-vllm-serve: {decision.name} = {decision.value}: {decision.reason}", flush=True)
         vllm_args = profile.args
         env.update(profile.env)
+    vllm_args = inject_plugin_config(vllm_args, env)
     env.update(plugin_env(vllm_args, env))
     command = vllm_command(model, vllm_args)
     print(f"caovan-vllm-serve: {shlex.join(command)}", flush=True)

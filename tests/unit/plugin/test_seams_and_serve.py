@@ -58,3 +58,16 @@ def test_required_turbo3_without_a_seam_refuses_to_load():
     assert "CAOVAN_REQUIRE_TURBO3=1 but this vLLM offers no GDN seam" in run.stderr
     relaxed = subprocess.run([sys.executable, "-c", hide], capture_output=True, text=True, env={"PATH": "/usr/bin"})
     assert relaxed.returncode == 0 and "no GDN seam found, stock kernels" in relaxed.stderr
+
+
+def test_plugin_config_is_made_explicit_and_user_keys_win():
+    from caovan_kernels.serve import inject_plugin_config
+
+    args = inject_plugin_config(["--dtype", "half"], {"CAOVAN_REQUIRE_TURBO3": "1"})
+    assert args[:2] == ["--dtype", "half"] and args[2] == "--additional-config"
+    assert json.loads(args[3]) == {"caovan": True, "caovan_mode": "auto", "caovan_require_turbo3": True}
+    user = json.dumps({"caovan_mode": "force", "gdn_prefill_backend": "triton"})
+    for given in (["--additional-config", user], [f"--additional-config={user}"]):
+        merged = inject_plugin_config([*given, "--port", "1"], {})
+        assert merged[:2] == ["--port", "1"] and merged.count("--additional-config") == 1
+        assert json.loads(merged[-1]) == {"caovan": True, "caovan_mode": "force", "gdn_prefill_backend": "triton"}
