@@ -11,10 +11,13 @@ run: $(STAMP)
 	$(BIN)/caovan serve
 
 test: $(STAMP)
+	./scripts/install-test-tools.sh
+	$(BIN)/caovan demo-model >/dev/null
 	$(BIN)/python -m pytest
 
 # Everything that needs no engine start (about a minute).
 test-fast: $(STAMP)
+	$(BIN)/caovan demo-model >/dev/null
 	$(BIN)/python -m pytest -m "not engine"
 
 install: $(STAMP)

@@ -19,10 +19,10 @@ IGNORE = -100
 @dataclass(frozen=True)
 class TrainSettings:
     seed: int = 1234
-    steps: int = 150
+    steps: int = 80
     batch_size: int = 8
     lr: float = 3e-3
-    warmup: int = 20
+    warmup: int = 10
     mtp_weight: float = 1.0
 
 
