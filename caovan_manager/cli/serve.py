@@ -8,6 +8,14 @@ import typer
 from .app import app
 
 
+def split_model_and_args(model: Optional[str], extra: list[str]) -> tuple[Optional[str], list[str]]:
+    """`caovan serve -- --tensor-parallel-size 2` has no model: click hands the first word after `--` to MODEL, so an
+    option there belongs to the vLLM arguments."""
+    if model is not None and model.startswith("-"):
+        return None, [model, *extra]
+    return model, extra
+
+
 @app.command("serve", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def serve(
     ctx: typer.Context,
@@ -18,6 +26,8 @@ def serve(
 ) -> None:
     """Start the daemon: it runs vLLM as a supervised child (arguments after `--` go to vLLM unchanged), proxies
     the OpenAI API at /v1, and serves status, metrics, logs and the dashboard. Ctrl-C stops everything."""
+    import logging
+
     import uvicorn
 
     from caovan_manager.api.app import create_app
@@ -30,8 +40,9 @@ def serve(
     except ConfigError as exc:
         typer.echo(f"caovan serve: {exc}", err=True)
         raise typer.Exit(2) from None
+    model, extra = split_model_and_args(model, list(ctx.args))
     engine = settings.engine.model_copy(update={
-        "model": model or settings.engine.model, "args": [*settings.engine.args, *ctx.args]})
+        "model": model or settings.engine.model, "args": [*settings.engine.args, *extra]})
     settings = settings.model_copy(update={"engine": engine})
     if settings.host in ("127.0.0.1", "localhost"):
         try:
@@ -45,6 +56,10 @@ def serve(
         typer.echo(f"caovan serve: warning: listening on {settings.host} without security.admin_keys: anyone who "
                    f"reaches this port can stop the engine or swap plugins", err=True)
 
+    # The supervisor's state changes go to the console beside uvicorn's lines; the engine's output goes to its log
+    # file (GET /logs, /logs/stream).
+    logging.basicConfig(level=logging.INFO, format="%(levelname)-9s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine poll otherwise
     target = resolve_target(settings, log=lambda msg: typer.echo(msg, err=True))
     application = create_app(settings, target)
     base = f"http://{settings.host}:{settings.port}"

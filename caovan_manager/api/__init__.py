@@ -1,0 +1,1 @@
+"""The daemon's FastAPI application and its routers."""

@@ -1,0 +1,48 @@
+"""The daemon's FastAPI application: routers, OpenAPI docs at /docs, the dashboard at / when web/ exists."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+import caovan_kernels
+from caovan_manager.config import Settings
+from caovan_manager.engine.launch import EngineTarget
+from caovan_manager.proxy.router import router as proxy_router
+
+from . import control, doctor, logs, metrics, plugins, status
+from .daemon import Daemon
+
+
+def default_web_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "web"
+
+
+def create_app(settings: Settings, target: EngineTarget | None = None, autostart: bool = True,
+               daemon: Daemon | None = None) -> FastAPI:
+    daemon = daemon or Daemon(settings, target, autostart)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await daemon.start()
+        try:
+            yield
+        finally:
+            await daemon.shutdown()
+
+    app = FastAPI(title="Caovan daemon", version=caovan_kernels.__version__, lifespan=lifespan,
+                  description="Supervises the vLLM engine, proxies the OpenAI API, swaps plugin versions safely.")
+    app.state.daemon = daemon
+    app.state.doctor_cache = {"lock": asyncio.Lock(), "at": 0.0, "report": None}
+    for module in (status, control, logs, plugins, metrics, doctor):
+        app.include_router(module.router)
+    app.include_router(proxy_router)
+    web = settings.web_dir or default_web_dir()
+    if (web / "index.html").is_file():
+        app.mount("/", StaticFiles(directory=web, html=True), name="web")
+    return app

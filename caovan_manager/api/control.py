@@ -1,0 +1,40 @@
+"""POST /start, /stop, /restart: admin calls, answered with the supervisor's decision."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, StopCommand
+
+from .security import require_admin
+
+router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
+
+
+class ControlRequest(BaseModel):
+    reason: str | None = Field(None, max_length=200, description="Why (recorded with the restart).")
+
+
+async def decide(request: Request, command: Command) -> JSONResponse:
+    daemon = request.app.state.daemon
+    outcome = await daemon.supervisor.command(command)
+    code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
+    return JSONResponse({"accepted": outcome.accepted, "message": outcome.message,
+                         "state": daemon.machine.state.value}, status_code=code)
+
+
+@router.post("/start", summary="Start the engine (also out of `failed`)")
+async def start(request: Request, body: ControlRequest | None = None) -> JSONResponse:
+    return await decide(request, StartCommand((body and body.reason) or "start requested"))
+
+
+@router.post("/stop", summary="Drain in-flight requests, then stop the engine")
+async def stop(request: Request, body: ControlRequest | None = None) -> JSONResponse:
+    return await decide(request, StopCommand((body and body.reason) or "stop requested"))
+
+
+@router.post("/restart", summary="Drain in-flight requests (up to the drain timeout), then restart the engine")
+async def restart(request: Request, body: ControlRequest | None = None) -> JSONResponse:
+    return await decide(request, RestartCommand((body and body.reason) or "restart requested"))

@@ -1,0 +1,32 @@
+"""GET /metrics (the daemon's caovan_* series) and /metrics/engine (the engine's own vllm:* page, unchanged)."""
+
+from __future__ import annotations
+
+import httpx
+from fastapi import APIRouter, Depends, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .security import require_metrics_access
+
+router = APIRouter(tags=["metrics"], dependencies=[Depends(require_metrics_access)])
+
+
+@router.get("/metrics", summary="Prometheus: caovan_* series of the daemon")
+async def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.daemon.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.get("/metrics/engine", summary="Prometheus: the engine's own vllm:* page, passed through unchanged")
+async def engine_metrics(request: Request) -> Response:
+    daemon = request.app.state.daemon
+    upstream = daemon.gate.upstream if daemon.gate.mode == "open" else None
+    if upstream is None:
+        return Response(f"# the engine is {daemon.machine.state.value}; its metrics return once it is ready\n",
+                        status_code=503, media_type="text/plain", headers={"Retry-After": "10"})
+    try:
+        response = await daemon.proxy_client.get(f"{upstream}/metrics", timeout=10)
+    except httpx.HTTPError as exc:
+        return Response(f"# the engine's /metrics did not answer: {type(exc).__name__}\n", status_code=502,
+                        media_type="text/plain")
+    return Response(response.content, status_code=response.status_code,
+                    media_type=response.headers.get("content-type", CONTENT_TYPE_LATEST))

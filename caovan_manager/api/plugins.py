@@ -1,0 +1,50 @@
+"""GET /plugins, POST /plugins/{version}/activate: installed versions and verified swaps between them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi.responses import JSONResponse
+
+from caovan_manager.plugins.store import PluginStoreError
+from caovan_manager.supervisor.messages import ActivateCommand
+
+from .control import decide
+from .security import require_admin
+
+router = APIRouter(tags=["plugins"])
+
+BUNDLED = "bundled"
+
+
+@router.get("/plugins", summary="Installed plugin versions, the active one, activation history")
+async def list_plugins(request: Request) -> dict[str, Any]:
+    daemon = request.app.state.daemon
+    m = daemon.machine
+    active = m.active_version
+    versions = [{**meta, "active": meta["version"] == active} for meta in daemon.plugins.versions()]
+    return {
+        "active_version": active,
+        "bundled": {"name": BUNDLED, "version": daemon.bundled_version, "active": active is None},
+        "versions": versions,
+        "store": str(daemon.plugins.root),
+        "activation_in_progress": m.activation is not None,
+        "history": daemon.store.activations(20),
+    }
+
+
+@router.post("/plugins/{version}/activate", dependencies=[Depends(require_admin)],
+             summary="Drain, restart on this version, verify it; roll back automatically if it is worse",
+             responses={404: {"description": "not installed"}, 409: {"description": "engine not ready or busy"}})
+async def activate(request: Request, version: str = Path(..., max_length=64,
+                                                        description="A store version, or `bundled`.")) -> JSONResponse:
+    daemon = request.app.state.daemon
+    target = None if version == BUNDLED else version
+    if target is not None:
+        try:
+            daemon.plugins.site_dir(target)
+        except PluginStoreError as exc:
+            status = 404 if "not installed" in str(exc) else 400
+            raise HTTPException(status, detail=str(exc)) from None
+    return await decide(request, ActivateCommand(target))

@@ -1,0 +1,39 @@
+"""Server-sent events from a Broadcaster: one `data:` JSON line per item, a comment every 15 s to keep proxies open."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+from fastapi.responses import StreamingResponse
+
+from caovan_manager.supervisor.bus import Broadcaster
+
+KEEPALIVE_S = 15.0
+
+
+def encode(item: dict[str, Any], event: str | None = None) -> bytes:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(item, separators=(',', ':'), default=str)}\n\n".encode()
+
+
+async def _stream(source: Broadcaster[dict[str, Any]], first: Iterable[dict[str, Any]], event: str | None
+                  ) -> AsyncIterator[bytes]:
+    async with source.subscribe() as queue:
+        for item in first:
+            yield encode(item, event)
+        while True:
+            try:
+                item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+            except asyncio.TimeoutError:
+                yield b": keepalive\n\n"
+                continue
+            yield encode(item, event)
+
+
+def sse_response(source: Broadcaster[dict[str, Any]], first: Iterable[dict[str, Any]] = (),
+                 event: str | None = None) -> StreamingResponse:
+    return StreamingResponse(_stream(source, list(first), event), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

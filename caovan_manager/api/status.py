@@ -1,0 +1,74 @@
+"""GET /status, /healthz, /readyz: what the engine is doing, for people, dashboards and orchestrators."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from caovan_manager.supervisor.messages import State
+
+from .daemon import Daemon
+
+router = APIRouter(tags=["status"])
+
+
+def status_document(daemon: Daemon) -> dict[str, Any]:
+    m = daemon.machine
+    now = time.monotonic()
+    run = m.run
+    act = m.activation
+    return {
+        "state": m.state.value,
+        "reason": m.reason,
+        "state_seconds": round(now - m.state_since, 1),
+        "daemon": {"pid": os.getpid(), "uptime_s": round(time.time() - daemon.started_at, 1)},
+        "engine": None if run is None else {
+            "run_id": run.run_id,
+            "alive": m.state in (State.STARTING, State.READY, State.DRAINING, State.STOPPING),
+            "pid": run.pid,
+            "url": daemon.effects.engine_url(run.run_id) if daemon.effects else None,
+            "uptime_s": round(now - run.started_at, 1),
+            "ready_s": None if run.ready_at is None else round(run.ready_at - run.started_at, 1),
+            "vllm_version": run.engine_version,
+            "mtp_tokens": run.mtp_tokens,
+        },
+        "model": daemon.target.model if daemon.target else daemon.settings.engine.model,
+        "embedded_default": bool(daemon.target and daemon.target.embedded),
+        "command": daemon.effective_command(),
+        "plugin": {
+            "active_version": m.active_version,
+            "bundled_version": daemon.bundled_version,
+            "running_version": run.markers.get("plugin_banner") if run else None,
+        },
+        "markers": dict(run.markers) if run else {},
+        "latest": {kind: event.to_json() for kind, event in m.latest.items()},
+        "restarts": m.restarts,
+        "recent_restarts": [{key: row[key] for key in ("at", "cause", "reason")} for row in daemon.store.restarts(5)],
+        "consecutive_failures": m.failures,
+        "last_error": m.last_error,
+        "activation": None if act is None else {
+            "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
+            "baseline": act.baseline.as_dict() if act.baseline else None},
+        "proxy": {"in_flight": daemon.gate.in_flight, "queued": daemon.gate.waiting, "gate": daemon.gate.mode},
+    }
+
+
+@router.get("/status", summary="Engine state, run, plugin, markers, latest samples, restarts")
+async def get_status(request: Request) -> dict[str, Any]:
+    return status_document(request.app.state.daemon)
+
+
+@router.get("/healthz", summary="The daemon is alive (whatever the engine does)")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state")
+async def readyz(request: Request) -> JSONResponse:
+    m = request.app.state.daemon.machine
+    ready = m.state is State.READY
+    return JSONResponse({"ready": ready, "state": m.state.value, "reason": m.reason}, status_code=200 if ready else 503)

@@ -1,0 +1,300 @@
+"""The daemon's configuration: defaults < `--config` file (TOML or YAML) < CAOVAN_* environment < command line.
+
+Validated once at start; `load_settings` turns pydantic's errors into one message that names the field, where the
+value came from and what to do. The engine's environment is derived here too, so the daemon, `/doctor` and the
+tests all see the same one.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+
+def default_cache_dir() -> Path:
+    # CAOVAN_CACHE_DIR is the seed's variable; keep honouring it.
+    return Path(os.environ.get("CAOVAN_CACHE_DIR") or Path.home() / ".cache" / "caovan")
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "caovan"
+
+
+class EngineSettings(BaseModel):
+    """What the daemon launches and how."""
+
+    model: str | None = Field(None, description="Model directory or name; none = the embedded demo model.")
+    args: list[str] = Field(default_factory=list, description="Extra vLLM arguments, passed through unchanged.")
+    port: int = Field(0, ge=0, le=65535, description="Engine port on 127.0.0.1; 0 = a free port at each start.")
+    cuda_visible_devices: str | None = Field(None, description="GPU indices as nvidia-smi numbers them, e.g. '0,1'.")
+    omp_num_threads: int | None = Field(None, ge=1, description="OMP_NUM_THREADS; none = keep the environment's.")
+    cache_dir: Path = Field(default_factory=default_cache_dir, description="Root of per-user compiler caches.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment (wins over defaults).")
+
+    @field_validator("cuda_visible_devices")
+    @classmethod
+    def _gpu_list(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"\s*(\d+|GPU-[0-9a-fA-F-]+)(\s*,\s*(\d+|GPU-[0-9a-fA-F-]+))*\s*",
+                                                  value):
+            raise ValueError(f"expected GPU indices or UUIDs separated by commas (like '0,1'), got {value!r}")
+        return value.replace(" ", "") if value else value
+
+
+class SupervisorSettings(BaseModel):
+    startup_timeout_s: float = Field(600, gt=0, description="Engine start to ready; longer = failed start.")
+    ready_poll_s: float = Field(1.0, gt=0, description="Interval of /health polls while starting.")
+    stop_grace_s: float = Field(30, ge=0, description="SIGTERM to SIGKILL of the engine's process group.")
+    drain_timeout_s: float = Field(60, ge=0, description="How long a graceful restart waits for in-flight requests.")
+    backoff_initial_s: float = Field(2, gt=0)
+    backoff_max_s: float = Field(120, gt=0)
+    max_restarts: int = Field(5, ge=0, description="Consecutive failed starts/crashes before the state `failed`.")
+    progress_interval_s: float = Field(5, gt=0, description="Interval of the engine /metrics forward-progress check.")
+    hang_timeout_s: float = Field(120, gt=0, description="Requests running but no token generated this long = hung.")
+    gpu_release_timeout_s: float = Field(30, ge=0, description="Wait for NVML to show the GPU memory released.")
+    smoke_prompt: str = "The capital of France is"
+    smoke_max_tokens: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SupervisorSettings:
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("backoff_max_s must be at least backoff_initial_s")
+        return self
+
+
+class ProxySettings(BaseModel):
+    queue_size: int = Field(256, ge=0, description="Requests that may wait while the engine is not ready.")
+    queue_wait_s: float = Field(300, ge=0, description="Longest wait of a queued request before a 503.")
+    connect_timeout_s: float = Field(5, gt=0)
+    read_timeout_s: float = Field(600, gt=0, description="Longest silence from the engine within one response.")
+    retry_after_s: int = Field(10, ge=1, description="Retry-After of a 503.")
+
+
+class SecuritySettings(BaseModel):
+    admin_keys: list[SecretStr] = Field(default_factory=list, description="Keys for admin calls; none = open.")
+    inference_keys: list[SecretStr] = Field(default_factory=list, description="Keys for /v1/*; none = open.")
+    metrics_keys: list[SecretStr] = Field(default_factory=list, description="Keys for /metrics; none = open.")
+
+
+class PluginSettings(BaseModel):
+    store_dir: Path | None = Field(None, description="Installed plugin versions; none = <state_dir>/plugins.")
+    verify_requests: int = Field(4, ge=1, description="Completions of the verification benchmark.")
+    verify_max_tokens: int = Field(48, ge=1)
+    throughput_margin: float = Field(0.25, ge=0, le=1, description="Allowed relative tokens/s loss.")
+    acceptance_margin: float = Field(0.10, ge=0, le=1, description="Allowed absolute acceptance-rate loss.")
+    banner_timeout_s: float = Field(30, ge=0, description="Wait for the plugin banner after ready.")
+
+
+class LogSettings(BaseModel):
+    dir: Path | None = Field(None, description="Engine log files; none = <state_dir>/logs.")
+    max_bytes: int = Field(20_000_000, ge=1000)
+    backups: int = Field(5, ge=0)
+    ring_lines: int = Field(5000, ge=10)
+
+
+class Settings(BaseSettings):
+    """Everything `caovan serve` reads. Nested fields in the environment: CAOVAN_ENGINE__PORT=8001."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CAOVAN_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    state_dir: Path = Field(default_factory=default_state_dir)
+    web_dir: Path | None = Field(None, description="Dashboard folder; none = the project's web/.")
+    doctor_cache_s: float = Field(300, ge=0)
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    supervisor: SupervisorSettings = Field(default_factory=SupervisorSettings)
+    proxy: ProxySettings = Field(default_factory=ProxySettings)
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    plugins: PluginSettings = Field(default_factory=PluginSettings)
+    logs: LogSettings = Field(default_factory=LogSettings)
+
+    # Set by load_settings before construction; class-level because pydantic-settings builds sources per class.
+    config_file: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _PrefixedEnv(settings_cls)]
+        path = cls.config_file
+        if path is not None:
+            if path.suffix.lower() == ".toml":
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            else:
+                sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
+        return tuple(sources)
+
+    @property
+    def plugin_store_dir(self) -> Path:
+        return self.plugins.store_dir or self.state_dir / "plugins"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.logs.dir or self.state_dir / "logs"
+
+    @property
+    def database_path(self) -> Path:
+        return self.state_dir / "caovan.sqlite3"
+
+    def secrets(self) -> list[str]:
+        """Every configured key, for masking in logs, status and errors."""
+        keys = self.security.admin_keys + self.security.inference_keys + self.security.metrics_keys
+        return [key.get_secret_value() for key in keys if key.get_secret_value()]
+
+
+class _PrefixedEnv(PydanticBaseSettingsSource):
+    """CAOVAN_* variables for the daemon's own fields only.
+
+    The seed's variables share the prefix (CAOVAN_REQUIRE_TURBO3, CAOVAN_CACHE_DIR, CAOVAN_FLASHQLA_*) and belong to
+    the engine, so an unknown CAOVAN_ name is ignored here instead of failing `extra="forbid"`."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        from pydantic_settings import EnvSettingsSource
+
+        self._inner = EnvSettingsSource(settings_cls, env_prefix="CAOVAN_", env_nested_delimiter="__")
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        values = self._inner()
+        return {name: value for name, value in values.items() if name in self.settings_cls.model_fields}
+
+
+class ConfigError(Exception):
+    """A configuration the daemon cannot start with; the message says what, where and what to do."""
+
+
+CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Read and validate the configuration; raise ConfigError with a readable message."""
+    if config_file is not None:
+        if config_file.suffix.lower() not in CONFIG_SUFFIXES:
+            raise ConfigError(f"config file {config_file}: unknown format {config_file.suffix!r}; "
+                              f"use a .toml, .yaml or .yml file")
+        if not config_file.is_file():
+            raise ConfigError(f"config file {config_file} does not exist or is not a file; check the --config path")
+    Settings.config_file = config_file
+    try:
+        return Settings(**{key: value for key, value in overrides.items() if value is not None})
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, config_file)) from None
+    except (ValueError, OSError) as exc:  # a file that does not parse as TOML/YAML
+        raise ConfigError(f"config file {config_file}: cannot be read: {exc}") from None
+    finally:
+        Settings.config_file = None
+
+
+def _explain(exc: ValidationError, config_file: Path | None) -> str:
+    where = f"the config file {config_file}, " if config_file else ""
+    lines = [f"invalid configuration ({where}CAOVAN_* environment or command line):"]
+    for error in exc.errors():
+        dotted = ".".join(str(part) for part in error["loc"])
+        env_name = "CAOVAN_" + "__".join(str(part) for part in error["loc"]).upper()
+        if error["type"] == "extra_forbidden":
+            lines.append(f"  {dotted}: unknown setting; remove it or check its spelling")
+        else:
+            # Never echo the input of a key field back.
+            shown = "" if "key" in dotted else f" (got {error.get('input')!r})"
+            lines.append(f"  {dotted}: {error['msg']}{shown}; set it in the file or as {env_name}")
+    return "\n".join(lines)
+
+
+# The engine's environment ------------------------------------------------------------------------------------------
+
+STALE_PREFIXES = ("CAOVAN_FLASHQLA_",)
+
+
+def engine_environment(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The engine's environment: the daemon's own, minus stale variables, plus the seed launch script's defaults."""
+    env = {name: value for name, value in (os.environ if base is None else base).items()
+           if not name.startswith(STALE_PREFIXES) and not _is_daemon_variable(name)}
+    user = _user_name()
+    cache = settings.engine.cache_dir
+    defaults = {
+        # Index GPUs like nvidia-smi does, so CUDA_VISIBLE_DEVICES means what the user reads there.
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / f"torchinductor-{user}"),
+        "TRITON_CACHE_DIR": str(cache / f"triton-{user}"),
+        "TRITON_CACHE_AUTOTUNING": "1",
+        "CAOVAN_CACHE_DIR": str(cache),
+    }
+    for name, value in defaults.items():
+        env.setdefault(name, value)
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if settings.engine.cuda_visible_devices is not None:
+        env["CUDA_VISIBLE_DEVICES"] = settings.engine.cuda_visible_devices
+    if settings.engine.omp_num_threads is not None:
+        env["OMP_NUM_THREADS"] = str(settings.engine.omp_num_threads)
+    env.update(settings.engine.env)
+    # Unbuffered: the supervisor reads the engine's log line by line as it happens.
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _is_daemon_variable(name: str) -> bool:
+    # The daemon's own settings (keys among them) stay out of the engine's environment.
+    if not name.startswith("CAOVAN_"):
+        return False
+    return name[len("CAOVAN_"):].split("__")[0].lower() in Settings.model_fields
+
+
+def _user_name() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+SECRET_OPTIONS: tuple[str, ...] = ("--api-key", "--hf-token", "--token")
+
+
+def mask_command(command: list[str], secrets: list[str]) -> list[str]:
+    """The command as shown in /status and logs: values of secret options and any configured key replaced."""
+    masked: list[str] = []
+    hide_next = False
+    for part in command:
+        if hide_next:
+            masked.append("***")
+            hide_next = False
+            continue
+        option, sep, _ = part.partition("=")
+        if option in SECRET_OPTIONS:
+            if sep:
+                masked.append(f"{option}=***")
+            else:
+                masked.append(part)
+                hide_next = True
+            continue
+        masked.append(mask_text(part, secrets))
+    return masked
+
+
+def mask_text(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text

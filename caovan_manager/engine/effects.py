@@ -1,0 +1,291 @@
+"""The real effects: processes, HTTP probes, timers, the proxy gate and the store, driven by the state machine.
+
+Every method returns at once and reports back through `post`, so the supervisor's loop never blocks on I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from caovan_manager.config import Settings, mask_command
+from caovan_manager.logwatch.parser import normalise_line, parse_line
+from caovan_manager.logwatch.sink import LogSink
+from caovan_manager.metrics import DaemonMetrics
+from caovan_manager.proxy.gate import Gate
+from caovan_manager.store import Store
+from caovan_manager.supervisor.bus import Broadcaster
+from caovan_manager.supervisor.messages import (
+    Drained,
+    Exited,
+    LogLine,
+    Measured,
+    Message,
+    Progress,
+    ReadyProbe,
+    Spawned,
+    SpawnFailed,
+    StoppedGroup,
+)
+
+from . import probe
+from .gpu import wait_gpu_released
+from .launch import EngineTarget, build_launch, option_value
+from .process import EngineProcess, check_port_free, free_port
+
+
+# Only the daemon talks to the engine's port, so these successful polls are its own.
+OWN_PROBE_ACCESS = re.compile(r'"GET /(metrics|health) HTTP/1\.[01]" 200')
+
+
+@dataclass
+class RunHandle:
+    run_id: int
+    port: int
+    client: httpx.AsyncClient
+    process: EngineProcess | None = None
+    spawned: asyncio.Event = field(default_factory=asyncio.Event)  # set once the spawn attempt is over
+    tasks: set[asyncio.Task] = field(default_factory=set)
+    last_line: str = ""
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class EngineEffects:
+    def __init__(self, settings: Settings, target: EngineTarget, post: Callable[[Message], None], sink: LogSink,
+                 gate: Gate, store: Store, site_for: Callable[[str | None], Path | None], metrics: DaemonMetrics,
+                 events: Broadcaster[dict[str, Any]]) -> None:
+        self.settings = settings
+        self.target = target
+        self.post = post
+        self.sink = sink
+        self.gate = gate
+        self.store = store
+        self.site_for = site_for
+        self.metrics = metrics
+        self.events = events
+        self.runs: dict[int, RunHandle] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._progress: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()
+        # The engine's own --api-key, if the user gave one: the daemon's calls to the engine must carry it.
+        key = option_value(target.args, "--api-key")
+        self.engine_headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    # Task bookkeeping ---------------------------------------------------------------------------------------------
+
+    def _spawn_task(self, coro: Coroutine[Any, Any, None], run: RunHandle | None = None) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        owner = run.tasks if run is not None else self._tasks
+        owner.add(task)
+        task.add_done_callback(owner.discard)
+        return task
+
+    async def aclose(self) -> None:
+        """Cancel everything still pending (the daemon is shutting down; the engine was stopped before)."""
+        for handle in self._timers.values():
+            handle.cancel()
+        tasks = set(self._tasks)
+        for run in self.runs.values():
+            tasks |= run.tasks
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for run in list(self.runs.values()):
+            await run.client.aclose()
+
+    # The engine process -------------------------------------------------------------------------------------------
+
+    def spawn(self, run_id: int, version: str | None) -> None:
+        port = self.settings.engine.port or free_port()
+        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=self.engine_headers,
+                                   timeout=httpx.Timeout(30, connect=5))
+        run = RunHandle(run_id, port, client)
+        self.runs[run_id] = run
+        self._spawn_task(self._spawn(run, version), run)
+
+    async def _spawn(self, run: RunHandle, version: str | None) -> None:
+        try:
+            site = self.site_for(version)
+            check_port_free(run.port)
+            cwd = self.settings.state_dir / "run"
+            spec = build_launch(self.settings, self.target, run.port, cwd, site)
+            shown = mask_command(spec.command, self.settings.secrets())
+            self.sink.open_run(run.run_id)
+            self.sink.write(f"caovan: run {run.run_id}: {shlex.join(shown)}", source="daemon")
+            run.process = await EngineProcess.spawn(spec)
+        except Exception as exc:  # noqa: BLE001  (any failure to start is reported, with its message)
+            run.spawned.set()
+            self.post(SpawnFailed(run.run_id, str(exc) or type(exc).__name__))
+            return
+        run.spawned.set()
+        self.store.record_run_pid(run.run_id, run.process.pid)
+        self.post(Spawned(run.run_id, run.process.pid, shown))
+        pump = self._spawn_task(run.process.pump_output(lambda line: self._on_line(run, line)), run)
+        returncode = await run.process.wait()
+        # The last lines usually say why it died; let them reach the supervisor first (the EngineCore may hold the
+        # pipe open longer, hence the bound).
+        await asyncio.wait({pump}, timeout=0.5)
+        self.post(Exited(run.run_id, returncode, run.last_line))
+
+    def _on_line(self, run: RunHandle, line: str) -> None:
+        if OWN_PROBE_ACCESS.search(line):
+            return  # the engine's access-log line of the daemon's own polling: every few seconds, no information
+        record = self.sink.write(line)
+        level, message = normalise_line(record["line"])
+        if message.strip() and level not in ("INFO", "DEBUG"):
+            # The last warning, error or unprefixed line (a traceback's exception, argparse's complaint) explains an
+            # exit best when no fatal line was recognised.
+            run.last_line = message.strip()[-500:]
+        event = parse_line(line)
+        if event is not None:
+            self.post(LogLine(run.run_id, event))
+
+    def probe_ready(self, run_id: int) -> None:
+        run = self.runs[run_id]
+        self._spawn_task(self._probe_ready(run), run)
+
+    async def _probe_ready(self, run: RunHandle) -> None:
+        await run.spawned.wait()
+        if run.process is None:
+            return
+        sup = self.settings.supervisor
+        while run.process.process.returncode is None:
+            if await probe.health_ok(run.client):
+                break
+            await asyncio.sleep(sup.ready_poll_s)
+        else:
+            return  # it exited; Exited tells the supervisor
+        error = ""
+        for _ in range(3):
+            try:
+                await probe.smoke_completion(run.client, sup.smoke_prompt, sup.smoke_max_tokens)
+                self.post(ReadyProbe(run.run_id, ok=True))
+                return
+            except (httpx.HTTPError, probe.ProbeError, ValueError, KeyError) as exc:
+                error = str(exc) or type(exc).__name__
+                await asyncio.sleep(sup.ready_poll_s)
+        self.post(ReadyProbe(run.run_id, ok=False, detail=error))
+
+    def stop_group(self, run_id: int) -> None:
+        self._spawn_task(self._stop_group(run_id))
+
+    async def _stop_group(self, run_id: int) -> None:
+        run = self.runs.pop(run_id, None)
+        if run is None:
+            self.post(StoppedGroup(run_id))
+            return
+        await run.spawned.wait()
+        leftovers: list[str] = []
+        if run.process is not None:
+            pids = {proc.pid for proc in run.process.group_members()}
+            leftovers = await run.process.stop(self.settings.supervisor.stop_grace_s)
+            if not leftovers:
+                held = await wait_gpu_released(pids, self.settings.supervisor.gpu_release_timeout_s)
+                leftovers = [f"GPU memory still held by {holder}" for holder in held]
+        # The reader and the exit watcher end with the group; give them a moment to deliver the last lines.
+        if run.tasks:
+            await asyncio.wait(set(run.tasks), timeout=2)
+        for task in list(run.tasks):
+            task.cancel()
+        await asyncio.gather(*run.tasks, return_exceptions=True)
+        await run.client.aclose()
+        self.post(StoppedGroup(run_id, leftovers))
+
+    def watch_progress(self, run_id: int) -> None:
+        self.stop_watching()
+        self._progress = self._spawn_task(self._watch_progress(self.runs[run_id]))
+
+    def stop_watching(self) -> None:
+        if self._progress is not None:
+            self._progress.cancel()
+            self._progress = None
+
+    async def _watch_progress(self, run: RunHandle) -> None:
+        interval = self.settings.supervisor.progress_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                sums = await asyncio.wait_for(probe.engine_metrics(run.client), max(interval, 5))
+            except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:
+                self.post(Progress(run.run_id, ok=False, detail=str(exc) or type(exc).__name__))
+                continue
+            self.post(Progress(run.run_id, ok=True, running=sums.get("vllm:num_requests_running", 0.0),
+                               generated_total=sums.get("vllm:generation_tokens_total", 0.0)))
+
+    def measure(self, run_id: int) -> None:
+        run = self.runs[run_id]
+        self._spawn_task(self._measure(run), run)
+
+    async def _measure(self, run: RunHandle) -> None:
+        plugins = self.settings.plugins
+        try:
+            result = await probe.benchmark(run.client, plugins.verify_requests, plugins.verify_max_tokens)
+        except (httpx.HTTPError, probe.ProbeError, ValueError, KeyError) as exc:
+            self.post(Measured(run.run_id, None, error=str(exc) or type(exc).__name__))
+            return
+        self.post(Measured(run.run_id, result))
+
+    # Time ---------------------------------------------------------------------------------------------------------
+
+    def set_timer(self, name: str, delay_s: float, message: Message) -> None:
+        self.cancel_timer(name)
+        self._timers[name] = asyncio.get_running_loop().call_later(delay_s, self.post, message)
+
+    def cancel_timer(self, name: str) -> None:
+        handle = self._timers.pop(name, None)
+        if handle is not None:
+            handle.cancel()
+
+    # Requests through the proxy -----------------------------------------------------------------------------------
+
+    def gate_open(self, run_id: int) -> None:
+        self.gate.open(self.runs[run_id].base_url)
+
+    def gate_hold(self) -> None:
+        self.gate.hold("the engine is not ready (restarting or starting)")
+
+    def gate_reject(self, reason: str) -> None:
+        self.gate.reject(reason)
+
+    def drain(self, timeout_s: float) -> None:
+        self._spawn_task(self._drain(timeout_s))
+
+    async def _drain(self, timeout_s: float) -> None:
+        self.post(Drained(await self.gate.wait_idle(timeout_s)))
+
+    # Records ------------------------------------------------------------------------------------------------------
+
+    def record_run(self, run_id: int, version: str | None) -> None:
+        self.store.record_run(run_id, version)
+
+    def record_run_end(self, run_id: int, returncode: int | None, reason: str) -> None:
+        self.store.record_run_end(run_id, returncode, reason)
+
+    def record_restart(self, run_id: int | None, cause: str, reason: str) -> None:
+        self.store.record_restart(run_id, cause, reason)
+        self.metrics.restarts.labels(cause).inc()
+
+    def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
+                          details: dict[str, Any]) -> None:
+        self.store.record_activation(from_version, to_version, outcome, reason, details)
+        self.events.publish({"type": "activation", "time": time.time(), "from_version": from_version,
+                             "to_version": to_version, "outcome": outcome, "reason": reason, "details": details})
+
+    def save_active_version(self, version: str | None) -> None:
+        self.store.save_active_version(version)
+
+    def engine_url(self, run_id: int) -> str | None:
+        run = self.runs.get(run_id)
+        return run.base_url if run else None
+

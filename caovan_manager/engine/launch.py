@@ -1,0 +1,73 @@
+"""What the engine is started with: model, vLLM arguments, environment and Python path of one plugin version."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import caovan_kernels
+from caovan_manager.config import Settings, engine_environment
+
+from .process import LaunchSpec
+
+# The daemon owns these: the engine listens on 127.0.0.1 on the port the daemon chose.
+DAEMON_OWNED_OPTIONS = ("--host", "--port")
+
+
+@dataclass(frozen=True)
+class EngineTarget:
+    """The model and arguments, resolved once per daemon (building the demo model if no model was given)."""
+
+    model: str
+    args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    embedded: bool = False
+
+
+def resolve_target(settings: Settings, log: Callable[[str], None] = print) -> EngineTarget:
+    if settings.engine.model:
+        return EngineTarget(settings.engine.model, list(settings.engine.args))
+    from caovan_manager import embedded
+    from caovan_manager.demo import build
+
+    model_dir = build(log=log)
+    return EngineTarget(str(model_dir), embedded.engine_args() + list(settings.engine.args),
+                        embedded.engine_env(), embedded=True)
+
+
+def bundled_root() -> Path:
+    """The folder holding the daemon's own caovan_kernels (site-packages, or the checkout in development)."""
+    return Path(caovan_kernels.__file__).resolve().parent.parent
+
+
+def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
+                 site_dir: Path | None) -> LaunchSpec:
+    """The engine's argument list (no shell) and environment for one run.
+
+    A plugin version's site folder goes first on PYTHONPATH: Python imports the first caovan_kernels it finds and
+    importlib.metadata keeps the first distribution of a name, so vLLM's plugin loader and `-m
+    caovan_kernels.serve` both take that copy. The working directory is a neutral run folder, because a folder
+    named caovan_kernels in the working directory would shadow every installed version."""
+    # Explicit environment wins over the embedded defaults.
+    env = engine_environment(settings, base={**target.env, **os.environ})
+    paths = ([str(site_dir)] if site_dir else []) + [str(bundled_root())]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    command = [sys.executable, "-m", "caovan_kernels.serve", target.model, *target.args,
+               "--host", "127.0.0.1", "--port", str(port)]
+    return LaunchSpec(command=command, env=env, cwd=cwd, port=port)
+
+
+def option_value(args: list[str], option: str) -> str | None:
+    """The last value of `option` in an argument list (`--x v` or `--x=v`), as argparse would read it."""
+    value = None
+    for index, part in enumerate(args):
+        if part == option and index + 1 < len(args):
+            value = args[index + 1]
+        elif part.startswith(option + "="):
+            value = part.split("=", 1)[1]
+    return value

@@ -1,0 +1,182 @@
+"""The engine as an operating-system process group: spawn it, read its output, end it completely.
+
+vLLM's API server spawns an EngineCore process (renamed `VLLM::EngineCore`) and workers that outlive a killed API
+server, so the engine runs in its own session (process group = the server's pid) and ending it means the whole group,
+checked afterwards with psutil rather than assumed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+    port: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def check_port_free(port: int) -> None:
+    """Raise PortInUse naming the process that holds 127.0.0.1:port, if any does."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+            return
+        except OSError:
+            pass
+    raise PortInUse(f"the engine's port 127.0.0.1:{port} is already in use by {port_holder(port)}; stop that "
+                    f"process or set another engine.port (0 picks a free one)")
+
+
+def port_holder(port: int) -> str:
+    try:
+        for conn in psutil.net_connections(kind="inet"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                return describe(psutil.Process(conn.pid))
+    except (psutil.Error, OSError):
+        pass
+    return "another process (not visible to this user)"
+
+
+def describe(proc: psutil.Process) -> str:
+    try:
+        cmdline = " ".join(proc.cmdline())[:160] or proc.name()
+        return f"pid {proc.pid} ({cmdline}, status {proc.status()})"
+    except psutil.Error:
+        return f"pid {proc.pid}"
+
+
+class EngineProcess:
+    """One spawned engine: its group id, its output lines, its exit."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.pgid = process.pid  # start_new_session: the server leads its own group
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    async def spawn(cls, spec: LaunchSpec) -> EngineProcess:
+        spec.cwd.mkdir(parents=True, exist_ok=True)
+        process = await asyncio.create_subprocess_exec(
+            *spec.command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=spec.env,
+            cwd=spec.cwd,
+            start_new_session=True,
+            limit=1 << 20,  # long lines (a full engine config dump) must not break the reader
+        )
+        return cls(process)
+
+    async def pump_output(self, on_line: Callable[[str], None]) -> None:
+        """Deliver each output line until the pipe closes (which can be after the server's exit: the EngineCore
+        holds it too)."""
+        stream = self.process.stdout
+        while True:
+            try:
+                raw = await stream.readline()
+            except ValueError:  # a line longer than the limit: deliver what there is
+                raw = await stream.read(1 << 20)
+            if not raw:
+                return
+            on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+    async def wait(self, poll_s: float = 0.1) -> int:
+        """The exit code as soon as the server process has exited.
+
+        Not asyncio's Process.wait(): that also waits for the output pipe to close, which the EngineCore keeps open
+        after a killed API server; the return code itself is known at once."""
+        while self.process.returncode is None:
+            await asyncio.sleep(poll_s)
+        return self.process.returncode
+
+    def group_members(self) -> list[psutil.Process]:
+        return group_members(self.pgid)
+
+    def signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+
+    async def stop(self, grace_s: float, poll_s: float = 0.2) -> list[str]:
+        """SIGTERM the group, wait up to grace_s for it to empty, SIGKILL what is left; returns what survived."""
+        if self.group_members():
+            self.signal_group(signal.SIGTERM)
+            # A stopped (SIGSTOP) process only acts on SIGTERM once continued.
+            self.signal_group(signal.SIGCONT)
+            await _until(lambda: not self.group_members(), grace_s, poll_s)
+        if self.group_members():
+            self.signal_group(signal.SIGKILL)
+            await _until(lambda: not self.group_members(), 10, poll_s)
+        if self.process.returncode is None:
+            try:
+                await asyncio.wait_for(self.wait(), 5)
+            except asyncio.TimeoutError:
+                pass
+        return [describe(proc) for proc in self.group_members()]
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live (non-zombie) processes of a process group."""
+    members = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return members
+
+
+ENGINE_MARKERS = ("caovan_kernels.serve", "vllm.entrypoints", "VLLM::")
+
+
+def kill_orphaned_engine(pgid: int) -> list[str]:
+    """SIGKILL a process group left by an earlier daemon, if it still looks like an engine (a recycled pid that
+    now leads something else is left alone); returns what was killed."""
+    members = group_members(pgid)
+    described = [describe(proc) for proc in members]
+    if not any(marker in text for text in described for marker in ENGINE_MARKERS):
+        return []
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        return []
+    psutil.wait_procs(members, timeout=10)
+    return described
+
+
+async def _until(done: Callable[[], bool], timeout_s: float, poll_s: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        if done():
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(poll_s)

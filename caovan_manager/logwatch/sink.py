@@ -1,0 +1,56 @@
+"""Where the engine's output goes: a rotated log file per run, an in-memory ring buffer, and live subscribers."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import time
+from collections import deque
+from pathlib import Path
+
+from caovan_manager.config import mask_text
+from caovan_manager.supervisor.bus import Broadcaster
+
+
+class LogSink:
+    def __init__(self, directory: Path, max_bytes: int, backups: int, ring_lines: int, secrets: list[str]) -> None:
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self.ring: deque[dict] = deque(maxlen=ring_lines)
+        self.live: Broadcaster[dict] = Broadcaster()
+        self._secrets = secrets
+        self._handler: logging.handlers.RotatingFileHandler | None = None
+        self._run_id: int | None = None
+        self.path: Path | None = None
+
+    def open_run(self, run_id: int) -> Path:
+        """Start the log file of a run: engine-<run>.log beside the earlier runs' files."""
+        self.close()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / f"engine-{run_id:05d}.log"
+        self._handler = logging.handlers.RotatingFileHandler(
+            self.path, maxBytes=self.max_bytes, backupCount=self.backups, encoding="utf-8")
+        self._handler.setFormatter(logging.Formatter("%(message)s"))
+        self._run_id = run_id
+        return self.path
+
+    def write(self, line: str, source: str = "engine") -> dict:
+        """Keep one line (already without its newline); returns the record as kept in the ring buffer."""
+        line = mask_text(line, self._secrets)
+        record = {"time": time.time(), "run_id": self._run_id, "source": source, "line": line}
+        if self._handler is not None:
+            self._handler.emit(logging.makeLogRecord({"msg": line, "args": None}))
+        self.ring.append(record)
+        self.live.publish(record)
+        return record
+
+    def tail(self, count: int) -> list[dict]:
+        if count <= 0:
+            return []
+        return list(self.ring)[-count:]
+
+    def close(self) -> None:
+        if self._handler is not None:
+            self._handler.close()
+            self._handler = None

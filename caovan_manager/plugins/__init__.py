@@ -1,0 +1,1 @@
+"""Installed plugin versions (the store); activation itself is a supervisor transition."""

@@ -1,0 +1,1 @@
+"""The OpenAI API proxy: admission gate and the /v1/* router."""

@@ -1,0 +1,105 @@
+"""The supervisor's loop: one task takes messages one at a time, lets the machine decide, and tells observers.
+
+Commands from the API wait for the machine's Outcome; reports from the effects layer are posted without waiting.
+Reads that gate a change (is the engine ready? is an activation running?) happen inside the machine, in this loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from caovan_manager.metrics import DaemonMetrics
+
+from .bus import Broadcaster
+from .machine import Machine
+from .messages import Command, LogLine, Message, Outcome, State
+
+logger = logging.getLogger("caovan.supervisor")
+
+# Log events worth a line on /events (the rest, e.g. engine_ready, only feed the state and the metrics).
+PUBLISHED_KINDS = ("throughput", "spec_decode", "engine_config", "plugin_banner", "plugin_mode", "plugin_mtp",
+                   "plugin_real_prefill", "plugin_dispatch", "fatal")
+
+
+class Supervisor:
+    def __init__(self, metrics: DaemonMetrics, events: Broadcaster[dict[str, Any]]) -> None:
+        self.metrics = metrics
+        self.events = events
+        self.machine: Machine | None = None  # attached once the effects (which post here) exist
+        self.ready_callbacks: list[Callable[[], None]] = []
+        self._inbox: asyncio.Queue[tuple[Message, asyncio.Future[Outcome] | None]] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+
+    def attach(self, machine: Machine) -> None:
+        self.machine = machine
+        self.metrics.state_changed(machine.state)
+
+    def post(self, message: Message) -> None:
+        self._inbox.put_nowait((message, None))
+
+    async def command(self, command: Command) -> Outcome:
+        reply: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        self._inbox.put_nowait((command, reply))
+        return await reply
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="caovan-supervisor")
+
+    async def stop_loop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def wait_for(self, predicate: Callable[[Machine], bool], timeout_s: float) -> bool:
+        """Wait until the machine satisfies `predicate` (checked after each message); for shutdown and tests."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with self.events.subscribe() as queue:
+            while not predicate(self.machine):
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(queue.get(), min(remaining, 1.0))
+                except asyncio.TimeoutError:
+                    continue
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            message, reply = await self._inbox.get()
+            try:
+                outcome = self._step(message)
+            except Exception as exc:  # noqa: BLE001  (a bug in one decision must not stop supervision)
+                logger.exception("supervisor failed to handle %s", type(message).__name__)
+                outcome = Outcome(False, f"internal error while handling {type(message).__name__}: {exc}")
+            if reply is not None and not reply.done():
+                reply.set_result(outcome)
+
+    def _step(self, message: Message) -> Outcome | None:
+        m = self.machine
+        before = (m.state, m.reason, m.run.run_id if m.run else None)
+        outcome = m.handle(message)
+        if isinstance(message, LogLine) and m.run and message.run_id == m.run.run_id:
+            self.metrics.log_event(message.event)
+            if message.event.kind in PUBLISHED_KINDS:
+                self.events.publish({"type": "log_event", "time": time.time(), "run_id": message.run_id,
+                                     **message.event.to_json()})
+        run_id = m.run.run_id if m.run else None
+        if run_id != before[2]:
+            self.metrics.new_run(m.run.version or f"bundled-{m.bundled_version}")
+        if (m.state, m.reason) != before[:2]:
+            self.metrics.state_changed(m.state)
+            if m.state is State.READY and m.state is not before[0] and m.run.ready_at is not None:
+                self.metrics.time_to_ready.set(m.run.ready_at - m.run.started_at)
+            self.events.publish({"type": "state", "time": time.time(), "state": m.state.value, "reason": m.reason,
+                                 "run_id": run_id, "restarts": m.restarts})
+            logger.info("engine %s: %s", m.state.value, m.reason)
+            if m.state is State.READY and before[0] is not State.READY:
+                for callback in self.ready_callbacks:
+                    callback()
+        return outcome

@@ -1,0 +1,65 @@
+"""What the state machine may ask for. Every call returns at once; results come back later as reports.
+
+The real implementation is caovan_manager.engine.effects.EngineEffects; unit tests use a recording fake.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from .messages import Message
+
+RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback")
+
+
+class Effects(Protocol):
+    # The engine process ----------------------------------------------------------------------------------------------
+    def spawn(self, run_id: int, version: str | None) -> None:
+        """Start the engine on plugin `version` (None = bundled); reports Spawned or SpawnFailed, later Exited."""
+
+    def probe_ready(self, run_id: int) -> None:
+        """Poll /health, then send a tiny completion; reports ReadyProbe."""
+
+    def stop_group(self, run_id: int) -> None:
+        """SIGTERM the process group, wait the grace, SIGKILL, check none is left and the GPU memory is free;
+        reports StoppedGroup."""
+
+    def watch_progress(self, run_id: int) -> None:
+        """Sample the engine's /metrics periodically; reports Progress until stop_watching."""
+
+    def stop_watching(self) -> None: ...
+
+    def measure(self, run_id: int) -> None:
+        """Run the verification benchmark on the running engine; reports Measured."""
+
+    # Time -------------------------------------------------------------------------------------------------------------
+    def set_timer(self, name: str, delay_s: float, message: Message) -> None:
+        """Deliver `message` after `delay_s`, replacing a timer of the same name."""
+
+    def cancel_timer(self, name: str) -> None: ...
+
+    # Requests through the proxy ---------------------------------------------------------------------------------------
+    def gate_open(self, run_id: int) -> None:
+        """Let requests through to this run's engine (queued ones first)."""
+
+    def gate_hold(self) -> None:
+        """New requests wait in the bounded queue."""
+
+    def gate_reject(self, reason: str) -> None:
+        """New and queued requests get a 503 with this reason."""
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait for the requests in flight to finish, at most timeout_s; reports Drained."""
+
+    # Records ----------------------------------------------------------------------------------------------------------
+    def record_run(self, run_id: int, version: str | None) -> None: ...
+
+    def record_run_end(self, run_id: int, returncode: int | None, reason: str) -> None: ...
+
+    def record_restart(self, run_id: int | None, cause: str, reason: str) -> None:
+        """cause: one of RESTART_CAUSES (a metric label); reason: the full sentence."""
+
+    def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
+                          details: dict[str, Any]) -> None: ...
+
+    def save_active_version(self, version: str | None) -> None: ...

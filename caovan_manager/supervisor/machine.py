@@ -1,0 +1,516 @@
+"""The supervisor's decisions: a plain state machine over the engine's life, one message at a time.
+
+It owns the engine state and never acts itself: every action is a call on the effects layer, whose results come back
+as messages. No clock reads except the injected `clock`, no I/O, no awaits, so unit tests drive it directly.
+
+    stopped --start--> starting --ready--> ready --restart/stop/activate--> draining --drained--> stopping
+    stopping --group gone--> starting (restart) | stopped (stop) | backoff (failure) ; backoff --timer--> starting
+    any failure beyond max_restarts consecutive --> failed (with the reason)
+
+A plugin activation rides on the same transitions: measure the current version, drain, restart on the new one,
+check its banner, measure again, keep it or roll back to the previous version.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from caovan_manager.config import PluginSettings, SupervisorSettings
+from caovan_manager.logwatch import events as log
+
+from .effects import Effects
+from .messages import (
+    ActivateCommand,
+    BackoffElapsed,
+    BannerTimedOut,
+    Drained,
+    Exited,
+    LogLine,
+    Measured,
+    Measurement,
+    Message,
+    Outcome,
+    Progress,
+    ReadyProbe,
+    RestartCommand,
+    Spawned,
+    SpawnFailed,
+    StartCommand,
+    StartupTimedOut,
+    State,
+    StopCommand,
+    StoppedGroup,
+)
+
+AfterStop = Literal["stop", "start", "backoff"]
+Phase = Literal["baseline", "switch", "verify", "rollback"]
+
+MARKER_KINDS = ("plugin_banner", "plugin_mode", "plugin_mtp", "plugin_real_prefill", "plugin_dispatch")
+
+
+@dataclass
+class Run:
+    """One engine process from spawn to the end of its process group."""
+
+    run_id: int
+    version: str | None
+    started_at: float
+    pid: int | None = None
+    command: list[str] = field(default_factory=list)
+    ready_at: float | None = None
+    returncode: int | None = None
+    last_fatal: str | None = None
+    markers: dict[str, Any] = field(default_factory=dict)
+    engine_version: str | None = None
+    mtp_tokens: int | None = None
+
+
+@dataclass
+class Activation:
+    from_version: str | None
+    to_version: str | None
+    phase: Phase = "baseline"
+    baseline: Measurement | None = None
+    candidate: Measurement | None = None
+    banner_checked: bool = False
+    reason: str = ""
+
+
+class Machine:
+    def __init__(
+        self,
+        effects: Effects,
+        settings: SupervisorSettings,
+        plugin_settings: PluginSettings,
+        clock: Callable[[], float],
+        bundled_version: str,
+        active_version: str | None = None,
+        first_run_id: int = 1,
+    ) -> None:
+        self.fx = effects
+        self.settings = settings
+        self.plugin_settings = plugin_settings
+        self.clock = clock
+        self.bundled_version = bundled_version
+        self.active_version = active_version
+        self.state = State.STOPPED
+        self.reason = ""
+        self.last_error = ""
+        self.run: Run | None = None
+        self.activation: Activation | None = None
+        self.failures = 0
+        self.restarts = 0
+        self.after_stop: AfterStop = "stop"
+        self.latest: dict[str, log.LogEvent] = {}
+        self.state_since = clock()
+        self._next_run_id = first_run_id
+        self._failure_cause = "crash"
+        self._stalled_since: float | None = None
+        self._unreachable_since: float | None = None
+        self._last_generated: float | None = None
+        self._last_sample_at: float | None = None
+
+    # Entry point ------------------------------------------------------------------------------------------------------
+
+    def handle(self, message: Message) -> Outcome | None:
+        handler = getattr(self, "_on_" + type(message).__name__)
+        return handler(message)
+
+    # Commands ---------------------------------------------------------------------------------------------------------
+
+    def _on_StartCommand(self, cmd: StartCommand) -> Outcome:
+        if self.state in (State.STOPPED, State.FAILED):
+            self.failures = 0
+            self._spawn()
+            return Outcome(True, "starting the engine")
+        if self.state is State.BACKOFF:
+            self.fx.cancel_timer("backoff")
+            self._spawn()
+            return Outcome(True, "starting the engine now instead of waiting for the backoff")
+        if self.state is State.STOPPING or (self.state is State.DRAINING and self.after_stop == "stop"):
+            self.after_stop = "start"
+            return Outcome(True, "the engine starts again once the current one has stopped")
+        return Outcome(True, f"the engine is already {self.state.value}")
+
+    def _on_StopCommand(self, cmd: StopCommand) -> Outcome:
+        if self.activation is not None:
+            self._finish_activation("aborted", cmd.reason)
+        if self.state in (State.STOPPED, State.FAILED, State.BACKOFF):
+            self.fx.cancel_timer("backoff")
+            self._enter(State.STOPPED, cmd.reason)
+            self.fx.gate_reject("the engine is stopped; POST /start starts it")
+            return Outcome(True, "the engine is stopped")
+        if self.state is State.READY:
+            self._drain_then("stop", cmd.reason)
+            return Outcome(True, "draining in-flight requests, then stopping the engine")
+        if self.state is State.STARTING:
+            self._stop_then("stop", cmd.reason)
+        else:  # draining or stopping already: only the next step changes
+            self.after_stop = "stop"
+        return Outcome(True, "stopping the engine")
+
+    def _on_RestartCommand(self, cmd: RestartCommand) -> Outcome:
+        if self.activation is not None:
+            return self._busy_with_activation()
+        if self.state is State.READY:
+            self._note_restart("requested", cmd.reason)
+            self._drain_then("start", cmd.reason)
+            return Outcome(True, "draining in-flight requests, then restarting the engine")
+        if self.state is State.STARTING:
+            self._note_restart("requested", cmd.reason)
+            self._stop_then("start", cmd.reason)
+            return Outcome(True, "restarting the engine")
+        if self.state is State.BACKOFF:
+            self.fx.cancel_timer("backoff")
+            self._spawn()
+            return Outcome(True, "restarting the engine now instead of waiting for the backoff")
+        if self.state in (State.STOPPED, State.FAILED):
+            self.failures = 0
+            self._spawn()
+            return Outcome(True, "starting the engine")
+        self.after_stop = "start"
+        return Outcome(True, "the engine starts again once the current one has stopped")
+
+    def _on_ActivateCommand(self, cmd: ActivateCommand) -> Outcome:
+        if self.activation is not None:
+            return self._busy_with_activation()
+        if cmd.version == self.active_version:
+            return Outcome(False, f"plugin version {self._label(cmd.version)} is already active", conflict=True)
+        if self.state is not State.READY or self.run is None:
+            return Outcome(False, f"a plugin swap needs a ready engine to compare against; the engine is "
+                                  f"{self.state.value}. Start it (POST /start) and retry", conflict=True)
+        self.activation = Activation(self.active_version, cmd.version)
+        self.fx.measure(self.run.run_id)
+        return Outcome(True, f"activating plugin version {self._label(cmd.version)}: measuring the current version "
+                             f"first, then restarting on the new one and verifying it")
+
+    # Reports of the effects layer ---------------------------------------------------------------------------------
+
+    def _on_Spawned(self, msg: Spawned) -> None:
+        if self._current(msg.run_id):
+            self.run.pid = msg.pid
+            self.run.command = msg.command
+
+    def _on_SpawnFailed(self, msg: SpawnFailed) -> None:
+        if self._current(msg.run_id) and self.state is State.STARTING:
+            self._engine_failed("start_failed", f"the engine could not be started: {msg.error}")
+
+    def _on_Exited(self, msg: Exited) -> None:
+        if not self._current(msg.run_id):
+            return
+        self.run.returncode = msg.returncode
+        if self.state in (State.STARTING, State.READY, State.DRAINING):
+            detail = self.run.last_fatal or msg.last_line
+            why = f": {detail}" if detail else ""
+            how = (f"was killed by {_signal_name(-msg.returncode)}" if msg.returncode < 0
+                   else f"exited with code {msg.returncode}")
+            self._engine_failed("crash", f"the engine {how}{why}")
+
+    def _on_ReadyProbe(self, msg: ReadyProbe) -> None:
+        if not (self._current(msg.run_id) and self.state is State.STARTING):
+            return
+        if msg.ok:
+            self._became_ready()
+        else:
+            self._engine_failed("start_failed", f"the engine did not become ready: {msg.detail}")
+
+    def _on_StartupTimedOut(self, msg: StartupTimedOut) -> None:
+        if self._current(msg.run_id) and self.state is State.STARTING:
+            limit = self.settings.startup_timeout_s
+            self._engine_failed("start_failed", f"the engine was not ready within {limit:g} s "
+                                                f"(supervisor.startup_timeout_s)")
+
+    def _on_Drained(self, msg: Drained) -> None:
+        if self.state is not State.DRAINING:
+            return
+        note = f" ({msg.remaining} requests still in flight at the drain timeout)" if msg.remaining else ""
+        self._stop_then(self.after_stop, self.reason + note)
+
+    def _on_StoppedGroup(self, msg: StoppedGroup) -> None:
+        if not (self._current(msg.run_id) and self.state is State.STOPPING):
+            return
+        self.fx.record_run_end(msg.run_id, self.run.returncode, self.reason)
+        if msg.leftovers:
+            self._fail(f"processes of the engine survived SIGKILL: {'; '.join(msg.leftovers)}. A new engine is not "
+                       f"started beside them; end them (or reboot if they are stuck in the driver), then POST /start")
+            return
+        if self.after_stop == "stop":
+            self._enter(State.STOPPED, self.reason)
+            self.fx.gate_reject("the engine is stopped; POST /start starts it")
+        elif self.after_stop == "start":
+            self._spawn()
+        else:
+            self._backoff()
+
+    def _on_BackoffElapsed(self, msg: BackoffElapsed) -> None:
+        if self.state is State.BACKOFF and self._current(msg.run_id):
+            self._spawn()
+
+    def _on_Progress(self, msg: Progress) -> None:
+        if not (self._current(msg.run_id) and self.state in (State.READY, State.DRAINING)):
+            return
+        hung = self._hang_reason(msg)
+        if hung:
+            self._engine_failed("hang", hung)
+
+    def _on_LogLine(self, msg: LogLine) -> None:
+        if not self._current(msg.run_id):
+            return
+        event = msg.event
+        if event.kind in ("throughput", "spec_decode"):
+            self.latest[event.kind] = event
+        elif event.kind == "fatal":
+            self.run.last_fatal = f"{event.fatal_kind}: {event.message}"
+        elif event.kind == "engine_config":
+            self.run.engine_version = event.version
+            self.run.mtp_tokens = event.mtp_tokens
+        elif event.kind in MARKER_KINDS:
+            self.run.markers[event.kind] = _marker_value(event)
+            if event.kind == "plugin_banner" and self._awaiting_banner():
+                self.fx.cancel_timer("banner")
+                self._check_banner()
+
+    def _on_BannerTimedOut(self, msg: BannerTimedOut) -> None:
+        if self._current(msg.run_id) and self._awaiting_banner():
+            self._rollback(f"the plugin banner did not appear within {self.plugin_settings.banner_timeout_s:g} s "
+                           f"of the engine being ready: the plugin was not loaded")
+
+    def _on_Measured(self, msg: Measured) -> None:
+        act = self.activation
+        if act is None or not self._current(msg.run_id) or self.state is not State.READY:
+            return
+        if act.phase == "baseline":
+            if msg.result is None:
+                self._finish_activation("failed", f"measuring the current version failed: {msg.error}; nothing "
+                                                  f"was changed")
+                return
+            act.baseline = msg.result
+            act.phase = "switch"
+            self._note_restart("activation", f"plugin activation {self._label(act.from_version)} -> {self._label(act.to_version)}")
+            self._drain_then("start", f"switching to plugin version {self._label(act.to_version)}")
+        elif act.phase == "verify":
+            if msg.result is None:
+                self._rollback(f"the verification benchmark failed on the new version: {msg.error}")
+                return
+            act.candidate = msg.result
+            worse = self._regression(act.baseline, msg.result)
+            if worse:
+                self._rollback(worse)
+            else:
+                self.active_version = act.to_version
+                self.fx.save_active_version(act.to_version)
+                self._finish_activation("activated", "verified: banner, readiness, smoke completion, throughput "
+                                                     "and acceptance within margins")
+
+    # Transitions ------------------------------------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        version = self._launch_version()
+        run = Run(self._next_run_id, version, self.clock())
+        self._next_run_id += 1
+        self.run = run
+        self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
+        self.fx.gate_hold()
+        self.fx.record_run(run.run_id, version)
+        self.fx.spawn(run.run_id, version)
+        self.fx.probe_ready(run.run_id)
+        self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(run.run_id))
+
+    def _became_ready(self) -> None:
+        self.fx.cancel_timer("startup")
+        self.run.ready_at = self.clock()
+        self.failures = 0
+        self._stalled_since = self._unreachable_since = self._last_generated = self._last_sample_at = None
+        self._enter(State.READY, "serving")
+        self.fx.gate_open(self.run.run_id)
+        self.fx.watch_progress(self.run.run_id)
+        act = self.activation
+        if act is None:
+            return
+        if act.phase == "switch":
+            act.phase = "verify"
+            if "plugin_banner" in self.run.markers:
+                self._check_banner()
+            else:
+                self.fx.set_timer("banner", self.plugin_settings.banner_timeout_s, BannerTimedOut(self.run.run_id))
+        elif act.phase == "rollback":
+            self._finish_activation("rolled_back", act.reason)
+
+    def _drain_then(self, after: AfterStop, reason: str) -> None:
+        self.after_stop = after
+        self._enter(State.DRAINING, reason)
+        self.fx.gate_hold()
+        self.fx.drain(self.settings.drain_timeout_s)
+
+    def _stop_then(self, after: AfterStop, reason: str) -> None:
+        self.after_stop = after
+        self._enter(State.STOPPING, reason)
+        self.fx.gate_hold()
+        self.fx.stop_watching()
+        self.fx.cancel_timer("startup")
+        self.fx.cancel_timer("banner")
+        self.fx.stop_group(self.run.run_id)
+
+    def _engine_failed(self, cause: str, reason: str) -> None:
+        """A crash, a failed start or a hang: clean up the group, then retry (or roll back an activation)."""
+        self.last_error = reason
+        act = self.activation
+        if act is not None and act.phase in ("switch", "verify"):
+            act.phase = "rollback"
+            act.reason = reason
+            after: AfterStop = "start"
+            self._note_restart("rollback", f"rolling back: {reason}")
+        elif self.after_stop == "stop" and self.state is State.DRAINING:
+            after = "stop"  # a stop was asked for; a crash during its drain does not turn it into a restart
+        else:
+            after = "backoff"
+            self._failure_cause = cause
+        self._stop_then(after, reason)
+
+    def _backoff(self) -> None:
+        self.failures += 1
+        if self.failures > self.settings.max_restarts:
+            self._fail(f"{self.reason}; gave up after {self.failures} consecutive failures "
+                       f"(supervisor.max_restarts = {self.settings.max_restarts}). Fix the cause, then POST /start")
+            return
+        delay = min(self.settings.backoff_initial_s * 2 ** (self.failures - 1), self.settings.backoff_max_s)
+        self._note_restart(self._failure_cause, self.reason)
+        self._enter(State.BACKOFF, f"{self.reason}; retrying in {delay:g} s (failure {self.failures} of at most "
+                                   f"{self.settings.max_restarts})")
+        self.fx.set_timer("backoff", delay, BackoffElapsed(self.run.run_id))
+
+    def _fail(self, reason: str) -> None:
+        self.last_error = reason
+        if self.activation is not None:
+            self._finish_activation("failed", reason)
+        self._enter(State.FAILED, reason)
+        self.fx.gate_reject(f"the engine has failed: {reason}")
+
+    def _rollback(self, reason: str) -> None:
+        act = self.activation
+        act.phase = "rollback"
+        act.reason = reason
+        self._note_restart("rollback", f"rolling back: {reason}")
+        self._drain_then("start", f"rolling back to plugin version {self._label(act.from_version)}: {reason}")
+
+    def _finish_activation(self, outcome: str, reason: str) -> None:
+        act = self.activation
+        details = {
+            "baseline": act.baseline.as_dict() if act.baseline else None,
+            "candidate": act.candidate.as_dict() if act.candidate else None,
+            "throughput_margin": self.plugin_settings.throughput_margin,
+            "acceptance_margin": self.plugin_settings.acceptance_margin,
+        }
+        self.fx.record_activation(act.from_version, act.to_version, outcome, reason, details)
+        self.activation = None
+
+    # Checks -----------------------------------------------------------------------------------------------------------
+
+    def _check_banner(self) -> None:
+        self.activation.banner_checked = True
+        seen = self.run.markers.get("plugin_banner")
+        expected = self._expected_banner(self.activation.to_version)
+        if seen != expected:
+            self._rollback(f"the engine's plugin banner shows version {seen}, expected {expected}: the new "
+                           f"version was not the one loaded")
+        else:
+            self.fx.measure(self.run.run_id)
+
+    def _awaiting_banner(self) -> bool:
+        act = self.activation
+        return act is not None and act.phase == "verify" and self.state is State.READY and not act.banner_checked
+
+    def _regression(self, baseline: Measurement | None, new: Measurement) -> str:
+        margin_tps = self.plugin_settings.throughput_margin
+        margin_acc = self.plugin_settings.acceptance_margin
+        if baseline is None:
+            return ""
+        floor = baseline.tokens_per_s * (1 - margin_tps)
+        if new.tokens_per_s < floor:
+            return (f"throughput fell to {new.tokens_per_s:.1f} tokens/s from {baseline.tokens_per_s:.1f} "
+                    f"(allowed down to {floor:.1f}, plugins.throughput_margin = {margin_tps:g})")
+        if baseline.acceptance_rate is not None:
+            if new.acceptance_rate is None:
+                return "the new version reports no speculative-decoding acceptance; the previous one did"
+            if new.acceptance_rate < baseline.acceptance_rate - margin_acc:
+                return (f"MTP acceptance fell to {new.acceptance_rate:.3f} from {baseline.acceptance_rate:.3f} "
+                        f"(allowed loss {margin_acc:g}, plugins.acceptance_margin)")
+        return ""
+
+    def _hang_reason(self, sample: Progress) -> str:
+        now = self.clock()
+        limit = self.settings.hang_timeout_s
+        if not sample.ok:
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+            elif now - self._unreachable_since >= limit:
+                return (f"the engine is hung: its /metrics did not answer for {now - self._unreachable_since:.0f} s "
+                        f"({sample.detail})")
+            return ""
+        self._unreachable_since = None
+        stalled = (sample.running > 0 and self._last_generated is not None
+                   and sample.generated_total <= self._last_generated)
+        if not stalled:
+            self._stalled_since = None
+        elif self._stalled_since is None:
+            self._stalled_since = self._last_sample_at
+        elif now - self._stalled_since >= limit:
+            return (f"the engine is hung: {sample.running:g} request(s) running and no token generated for "
+                    f"{now - self._stalled_since:.0f} s (supervisor.hang_timeout_s = {limit:g})")
+        self._last_generated = sample.generated_total
+        self._last_sample_at = now
+        return ""
+
+    # Helpers ----------------------------------------------------------------------------------------------------------
+
+    def _enter(self, state: State, reason: str) -> None:
+        if state is not self.state:
+            self.state_since = self.clock()
+        self.state = state
+        self.reason = reason
+
+    def _current(self, run_id: int) -> bool:
+        return self.run is not None and self.run.run_id == run_id
+
+    def _launch_version(self) -> str | None:
+        act = self.activation
+        if act is not None and act.phase in ("switch", "verify"):
+            return act.to_version
+        if act is not None and act.phase == "rollback":
+            return act.from_version
+        return self.active_version
+
+    def _note_restart(self, cause: str, reason: str) -> None:
+        self.restarts += 1
+        self.fx.record_restart(self.run.run_id if self.run else None, cause, reason)
+
+    def _busy_with_activation(self) -> Outcome:
+        act = self.activation
+        return Outcome(False, f"a plugin activation ({self._label(act.from_version)} -> {self._label(act.to_version)}"
+                              f", {act.phase}) is in progress; wait for it (GET /status) and retry", conflict=True)
+
+    def _expected_banner(self, version: str | None) -> str:
+        return self.bundled_version if version is None else version
+
+    def _label(self, version: str | None) -> str:
+        return f"bundled ({self.bundled_version})" if version is None else version
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _marker_value(event: log.LogEvent) -> Any:
+    if event.kind == "plugin_banner":
+        return event.version
+    if event.kind == "plugin_mode":
+        return event.mode
+    if event.kind == "plugin_mtp":
+        return event.tokens
+    return True

@@ -1,0 +1,188 @@
+"""One real daemon (`caovan serve`, embedded default: vLLM CPU engine + demo model) shared by this folder's tests.
+
+The daemon runs as a real subprocess started the way users start it; the finalizer stops it with SIGINT (Ctrl-C) and
+then checks that no engine process is left, killing and failing loudly if one is.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.support.engine import free_port
+
+REPO = Path(__file__).resolve().parents[3]
+ADMIN_KEY = "test-admin-key-0451"
+INFERENCE_KEY = "test-inference-key-7719"
+
+# Short timeouts and backoffs so faults resolve quickly; margins wide because the 2-core CI machine is noisy.
+TEST_CONFIG = """
+port = {port}
+state_dir = "{state}"
+[supervisor]
+startup_timeout_s = 420
+stop_grace_s = 10
+drain_timeout_s = 90
+backoff_initial_s = 1
+backoff_max_s = 4
+max_restarts = {max_restarts}
+progress_interval_s = 2
+hang_timeout_s = 12
+[proxy]
+queue_wait_s = 400
+read_timeout_s = 120
+[security]
+admin_keys = ["{admin}"]
+inference_keys = ["{inference}"]
+[plugins]
+verify_requests = 3
+verify_max_tokens = 32
+throughput_margin = 0.6
+acceptance_margin = 0.2
+"""
+
+
+@dataclass
+class DaemonProcess:
+    process: subprocess.Popen
+    port: int
+    state_dir: Path
+    output: Path
+    engine_groups: set[int] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def admin(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def status(self) -> dict:
+        body = httpx.get(f"{self.url}/status", timeout=10).json()
+        if body.get("engine") and body["engine"].get("pid"):
+            self.engine_groups.add(body["engine"]["pid"])
+        return body
+
+    def wait_state(self, state: str, timeout_s: float, run_after: int | None = None) -> dict:
+        """Poll /status until `state` (on a run newer than run_after, if given)."""
+        deadline = time.monotonic() + timeout_s
+        last = {}
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the daemon exited with {self.process.returncode}:\n{self.tail()}")
+            try:
+                last = self.status()
+            except httpx.HTTPError:
+                time.sleep(1)
+                continue
+            run = (last.get("engine") or {}).get("run_id") or 0
+            if last["state"] == state and (run_after is None or run > run_after):
+                return last
+            time.sleep(0.5)
+        raise AssertionError(f"state {state} not reached in {timeout_s} s; last status {last}\n{self.tail()}")
+
+    def tail(self, chars: int = 6000) -> str:
+        return self.output.read_text(errors="replace")[-chars:]
+
+
+def engine_group_members(pgids: set[int]) -> list[psutil.Process]:
+    members = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) in pgids and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return members
+
+
+def start_daemon(state_dir: Path, extra: list[str] = (), max_restarts: int = 3,
+                 wait_ready: bool = True) -> DaemonProcess:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    config = state_dir / "caovan.toml"
+    config.write_text(TEST_CONFIG.format(port=port, state=state_dir, admin=ADMIN_KEY, inference=INFERENCE_KEY,
+                                         max_restarts=max_restarts))
+    output = state_dir / "daemon.out"
+    command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve", "--config", str(config)]
+    if extra:
+        command += ["--", *extra]
+    env = {name: value for name, value in os.environ.items() if not name.startswith("CAOVAN_")}
+    process = subprocess.Popen(command, cwd=REPO, stdout=output.open("wb"), stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True)
+    daemon = DaemonProcess(process, port, state_dir, output)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{daemon.url}/healthz", timeout=2)
+            break
+        except httpx.HTTPError:
+            if process.poll() is not None:
+                raise AssertionError(f"the daemon exited with {process.returncode}:\n{daemon.tail()}")
+            time.sleep(0.5)
+    if wait_ready:
+        try:
+            daemon.wait_state("ready", 480)
+        except BaseException:
+            stop_daemon(daemon)
+            raise
+    return daemon
+
+
+def stop_daemon(daemon: DaemonProcess) -> list[str]:
+    """Ctrl-C the daemon; then no engine process may be left. Returns what had to be killed (empty = clean)."""
+    try:
+        for child in psutil.Process(daemon.process.pid).children(recursive=True):
+            try:
+                daemon.engine_groups.add(os.getpgid(child.pid))
+            except ProcessLookupError:
+                pass
+    except psutil.Error:
+        pass
+    daemon.engine_groups.discard(os.getpgid(0))
+    if daemon.process.poll() is None:
+        daemon.process.send_signal(signal.SIGINT)
+        try:
+            daemon.process.wait(120)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.process.pid, signal.SIGKILL)
+            daemon.process.wait(10)
+    leftovers = engine_group_members(daemon.engine_groups)
+    described = [f"pid {p.pid} {' '.join(p.cmdline())[:80]}" for p in leftovers if p.is_running()]
+    for proc in leftovers:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return described
+
+
+@pytest.fixture
+def private_dir() -> Path:
+    """A folder outside pytest's basetemp: pytest prunes old basetemps, and on a machine where several sessions run
+    pytest, a long-running daemon's state folder could be deleted under it."""
+    path = Path(tempfile.mkdtemp(prefix="caovan-daemon-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def daemon(demo_model_dir) -> DaemonProcess:
+    """The shared daemon, ready, on the embedded default."""
+    state = Path(tempfile.mkdtemp(prefix="caovan-daemon-test-"))
+    running = start_daemon(state)
+    yield running
+    leftovers = stop_daemon(running)
+    shutil.rmtree(state, ignore_errors=True)
+    assert not leftovers, f"the daemon left engine processes behind: {leftovers}"

@@ -1,0 +1,131 @@
+"""The dashboard in real headless Chromium against a daemon serving the real vLLM CPU engine: it loads cleanly, shows
+the engine ready, its charts and log tail move with traffic sent by the official openai client, acceptance is shown,
+a wrong admin key is refused and the right one restarts the engine while the page follows the states."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.integration.daemon.conftest import ADMIN_KEY, INFERENCE_KEY
+from tests.integration.daemon.load import StreamingLoad
+
+from .browser import INSTALL_HINT, chromium, console_errors, missing_tools
+
+pytestmark = pytest.mark.engine
+
+SAMPLE_WAIT_S = 90  # the engine logs its throughput and acceptance every 10 s while busy; CI's 2 cores are slow
+RESTART_WAIT_S = 420
+
+
+def text(driver, element_id: str) -> str:
+    return driver.find_element(By.ID, element_id).text
+
+
+def points(driver, chart_id: str) -> int:
+    return int(driver.find_element(By.ID, chart_id).get_attribute("data-points") or 0)
+
+
+def wait(driver, timeout_s: float, condition: Callable[[], object], what: str):
+    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(
+        lambda _: condition(), message=f"{what} (waited {timeout_s} s)")
+
+
+def admin_restart(driver, key: str) -> None:
+    driver.find_element(By.ID, "restart-button").click()
+    wait(driver, 5, lambda: driver.find_element(By.ID, "admin-dialog").get_attribute("open") is not None,
+         "the confirmation dialog did not open")
+    assert "Restart the engine?" in text(driver, "admin-title")
+    field = driver.find_element(By.ID, "admin-key")
+    field.clear()
+    field.send_keys(key)
+    driver.find_element(By.ID, "admin-confirm").click()
+
+
+def test_dashboard_follows_the_engine(observed, artifacts: Path) -> None:
+    if missing_tools():
+        pytest.fail(f"missing {missing_tools()}: {INSTALL_HINT}")
+    daemon = observed.daemon
+    with chromium() as driver:
+        driver.get(f"{daemon.url}/")
+        wait(driver, 30, lambda: text(driver, "state") == "ready", "the page never showed state ready")
+        wait(driver, 30, lambda: int(driver.find_element(By.ID, "log").get_attribute("data-received") or 0) > 0,
+             "the log tail stayed empty")
+        wait(driver, 30, lambda: driver.find_elements(By.CSS_SELECTOR, "#doctor tr"), "no doctor report")
+        time.sleep(1)  # let the first /metrics and /plugins answers land before the console is read
+        assert console_errors(driver) == []
+        assert text(driver, "connection") == "live"
+        loaded = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+        assert loaded and all(url.startswith(f"{daemon.url}/") for url in loaded), loaded  # nothing from elsewhere
+        assert "caovan_kernels.serve" in driver.find_element(By.ID, "command").get_attribute("textContent")
+        assert "Plugin banner: v" in text(driver, "markers")
+        assert "speculative MTP" in text(driver, "markers")
+        driver.save_screenshot(str(artifacts / "01-ready.png"))
+
+        before = {chart: points(driver, chart) for chart in ("chart-tps", "chart-acceptance", "chart-length")}
+        log_before = int(driver.find_element(By.ID, "log").get_attribute("data-received"))
+        with StreamingLoad(daemon.url, INFERENCE_KEY, concurrency=2, max_tokens=48) as load:
+            load.wait_for_ok(2, 120)
+            wait(driver, SAMPLE_WAIT_S, lambda: all(points(driver, c) > n for c, n in before.items()),
+                 f"the charts gained no points under traffic: before {before}")
+        assert load.result.ok and not load.result.failed, load.result.summary("dashboard traffic", 0)
+
+        log_after = int(driver.find_element(By.ID, "log").get_attribute("data-received"))
+        assert log_after > log_before, "the log tail did not move under traffic"
+        assert "throughput" in driver.find_element(By.ID, "log").get_attribute("textContent")
+        mtp = daemon.status()["engine"]["mtp_tokens"]
+        positions = driver.find_elements(By.CSS_SELECTOR, "#positions .position")
+        assert len(positions) == mtp == 3, text(driver, "positions")
+        assert text(driver, "legend-acceptance").startswith("draft acceptance: ")
+        assert text(driver, "legend-acceptance").endswith("%")
+        assert "draft tokens accepted" in text(driver, "spec-totals")
+        driver.save_screenshot(str(artifacts / "02-traffic.png"))
+
+        admin_restart(driver, "not-the-admin-key")
+        wait(driver, 10, lambda: "refused" in text(driver, "admin-result"), "the wrong key was not refused")
+        assert driver.find_element(By.ID, "admin-result").get_attribute("data-ok") == "false"
+        assert "401" in text(driver, "admin-result")
+        # The browser reports the refused call itself as a failed resource load; nothing else may be in the console.
+        errors = console_errors(driver)
+        assert errors and all("/restart" in e and "401" in e for e in errors), errors
+        time.sleep(1)
+        assert text(driver, "state") == "ready" and daemon.status()["restarts"] == 0
+        driver.save_screenshot(str(artifacts / "03-wrong-key.png"))
+
+        run_before = daemon.status()["engine"]["run_id"]
+        admin_restart(driver, ADMIN_KEY)
+        wait(driver, 15, lambda: "accepted" in text(driver, "admin-result"), "the restart was not accepted")
+        seen = ["ready"]
+
+        def follow() -> bool:
+            state = text(driver, "state")
+            if state != seen[-1]:
+                seen.append(state)
+                if state == "starting":
+                    driver.save_screenshot(str(artifacts / "04-restarting.png"))
+            return len(seen) > 2 and state == "ready"
+
+        wait(driver, RESTART_WAIT_S, follow, f"the page did not follow the restart back to ready; saw {seen}")
+        assert "starting" in seen, seen
+        status = daemon.status()
+        assert status["engine"]["run_id"] > run_before and status["restarts"] == 1
+        wait(driver, 15, lambda: "restart (requested)" in text(driver, "history"),
+             "the restart history does not show the restart")
+        wait(driver, 15, lambda: text(driver, "run").startswith(f"run {status['engine']['run_id']},")
+             and text(driver, "state-detail").startswith("ready for"), "the engine card still shows the old run")
+        assert "ready: " in text(driver, "history")
+        assert console_errors(driver) == []
+        driver.save_screenshot(str(artifacts / "05-ready-again.png"))
+
+        driver.set_window_size(390, 1600)  # a phone's width: nothing may need sideways scrolling
+        time.sleep(1)
+        overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"the page is {overflow} px wider than a phone's screen"
+        driver.save_screenshot(str(artifacts / "06-phone.png"))
+        assert httpx.get(f"{daemon.url}/readyz", timeout=10).status_code == 200

@@ -1,0 +1,447 @@
+// The Caovan dashboard: the daemon's /status and /events (state changes and the engine's samples), /logs/stream,
+// /plugins, /doctor and the GPU series of /metrics, drawn without any library or network beyond the daemon.
+
+import { adminCall } from "./admin.js";
+import { LineChart } from "./chart.js";
+
+const $ = (id) => document.getElementById(id);
+const WINDOW_S = 600;
+const LOG_LINES = 800;
+const MARKERS = [
+  ["plugin_banner", "Plugin banner", (v) => `v${v}`],
+  ["plugin_mode", "caovan_mode", (v) => v],
+  ["plugin_mtp", "speculative MTP", (v) => `n=${v}`],
+  ["plugin_real_prefill", "GDNCore real prefill", () => "active"],
+  ["plugin_dispatch", "Turbo3 dispatch", () => "confirmed"],
+];
+
+const percent = (v) => `${(v * 100).toFixed(0)}%`;
+const charts = {
+  tps: new LineChart($("chart-tps"), {
+    windowS: WINDOW_S, legend: $("legend-tps"), format: (v) => v.toFixed(v < 10 ? 1 : 0),
+    series: [{ name: "generation tok/s", color: "#2f6fdb" }, { name: "prompt tok/s", color: "#e0832b" }],
+  }),
+  acceptance: new LineChart($("chart-acceptance"), {
+    windowS: WINDOW_S, legend: $("legend-acceptance"), format: percent, min: 0, max: 1,
+    series: [{ name: "draft acceptance", color: "#1f9d55" }],
+  }),
+  length: new LineChart($("chart-length"), {
+    windowS: WINDOW_S, legend: $("legend-length"), format: (v) => v.toFixed(2),
+    series: [{ name: "mean acceptance length", color: "#8b5cf6" }],
+  }),
+};
+
+let status = null;
+let statusTimer = null;
+
+// Durations and times ----------------------------------------------------------------------------------------------
+
+function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.floor(seconds);
+  const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
+  if (d) return `${d}d ${h}h ${m}m`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s % 60}s`;
+  return `${s}s`;
+}
+
+const clock = (epoch) => new Date(epoch * 1000).toLocaleTimeString();
+
+/** The name clients use (--served-model-name), else the model's last path component; the full path is a tooltip. */
+function modelName(doc) {
+  const command = doc.command ?? [];
+  const served = command.indexOf("--served-model-name");
+  if (served >= 0 && command[served + 1]) return command[served + 1];
+  return (doc.model ?? "–").split("/").filter(Boolean).at(-1) ?? "–";
+}
+
+// Status -----------------------------------------------------------------------------------------------------------
+
+function renderStatus(doc) {
+  status = { ...doc, receivedAt: performance.now() };
+  const badge = $("state");
+  badge.textContent = doc.state;
+  badge.dataset.state = doc.state;
+  document.body.dataset.state = doc.state;
+  $("state-reason").textContent = doc.reason ? `(${doc.reason})` : "";
+  const name = modelName(doc);
+  $("model").textContent = name;
+  $("model-detail").textContent = `${name}${doc.embedded_default ? " (embedded default)" : ""}`;
+  $("model").title = $("model-detail").title = doc.model ?? "";
+  const engine = doc.engine;
+  $("ready-after").textContent = engine?.ready_s != null ? `${engine.ready_s} s` : "–";
+  $("run").textContent = engine
+    ? `run ${engine.run_id}, pid ${engine.pid ?? "–"}${engine.alive ? "" : " (gone)"}` : "–";
+  $("vllm-version").textContent = engine?.vllm_version ?? "–";
+  $("restarts").textContent = `${doc.restarts} since the daemon started` +
+    (doc.consecutive_failures ? `, ${doc.consecutive_failures} failed in a row` : "");
+  $("last-error").textContent = doc.last_error || "none";
+  $("last-error").dataset.none = String(!doc.last_error);
+  $("proxy").textContent = `${doc.proxy.in_flight} in flight, ${doc.proxy.queued} queued (gate ${doc.proxy.gate})`;
+  $("command").textContent = (doc.command ?? []).join(" ");
+  tickUptimes();
+
+  $("plugin-running").textContent = doc.plugin.running_version ? `v${doc.plugin.running_version}` : "no banner yet";
+  $("plugin-active").textContent = doc.plugin.active_version ?? "bundled";
+  $("plugin-bundled").textContent = `v${doc.plugin.bundled_version}`;
+  $("markers").replaceChildren(...MARKERS.map(([kind, label, describe]) => {
+    const item = document.createElement("li");
+    const value = doc.markers?.[kind];
+    item.dataset.marker = kind;
+    item.dataset.seen = String(value !== undefined);
+    item.textContent = value !== undefined ? `${label}: ${describe(value)}` : `${label}: not seen in this run`;
+    return item;
+  }));
+  const act = doc.activation;
+  $("activation").textContent = act
+    ? `activation ${act.from_version ?? "bundled"} → ${act.to_version ?? "bundled"}: ${act.phase}` : "";
+
+  renderRestarts(doc.recent_restarts ?? []);
+  for (const [kind, sample] of Object.entries(doc.latest ?? {})) {
+    if (kind === "spec_decode") renderPositions(sample);
+  }
+}
+
+function tickUptimes() {
+  if (!status) return;
+  const elapsed = (performance.now() - status.receivedAt) / 1000;
+  $("state-detail").textContent = `${status.state} for ${duration(status.state_seconds + elapsed)}`;
+  const engine = status.engine;
+  const running = engine && engine.alive;
+  $("engine-uptime").textContent = running ? duration(engine.uptime_s + elapsed) : "not running";
+  $("daemon-uptime").textContent = duration(status.daemon.uptime_s + elapsed);
+}
+
+async function refreshStatus() {
+  try {
+    const response = await fetch("/status");
+    if (response.ok) renderStatus(await response.json());
+  } catch {
+    // The daemon is away; the event stream's reconnection shows that.
+  }
+}
+
+/** Coalesce the /status fetches that a burst of events asks for. */
+function scheduleStatus() {
+  clearTimeout(statusTimer);
+  statusTimer = setTimeout(refreshStatus, 300);
+}
+
+// Restarts and state history ---------------------------------------------------------------------------------------
+
+const stateChanges = [];
+
+function renderRestarts(restarts) {
+  const items = [
+    ...restarts.map((r) => ({ at: r.at, text: `restart (${r.cause}): ${r.reason}`, kind: "restart" })),
+    ...stateChanges,
+  ].sort((a, b) => b.at - a.at).slice(0, 40);
+  if (!items.length) {
+    $("history").innerHTML = '<li class="muted">no restart since the daemon started</li>';
+    return;
+  }
+  $("history").replaceChildren(...items.map((entry) => {
+    const li = document.createElement("li");
+    li.dataset.kind = entry.kind;
+    li.textContent = `${clock(entry.at)} ${entry.text}`;
+    return li;
+  }));
+}
+
+// Samples ----------------------------------------------------------------------------------------------------------
+
+function renderPositions(sample) {
+  const rates = sample.per_position ?? [];
+  const box = $("positions");
+  if (!rates.length) return;
+  box.replaceChildren(...rates.map((rate, index) => {
+    const row = document.createElement("div");
+    row.className = "position";
+    row.dataset.position = String(index);
+    const label = document.createElement("span");
+    label.textContent = `position ${index + 1}`;
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    const fill = document.createElement("span");
+    fill.style.width = `${Math.max(0, Math.min(1, rate)) * 100}%`;
+    bar.append(fill);
+    const value = document.createElement("span");
+    value.className = "value";
+    value.textContent = percent(rate);
+    row.append(label, bar, value);
+    return row;
+  }));
+  $("spec-totals").textContent = `latest interval: ${sample.accepted} of ${sample.drafted} draft tokens accepted` +
+    (sample.mean_acceptance_length != null ? `, ${sample.mean_acceptance_length.toFixed(2)} tokens per step` : "");
+}
+
+function onSample(event) {
+  const time = event.time ?? Date.now() / 1000;
+  if (event.kind === "throughput") {
+    charts.tps.push(0, time, event.generation_tps);
+    charts.tps.push(1, time, event.prompt_tps);
+  } else if (event.kind === "spec_decode") {
+    charts.acceptance.push(0, time, event.acceptance_rate);
+    charts.length.push(0, time, event.mean_acceptance_length);
+    renderPositions(event);
+  }
+}
+
+// The samples of the last minutes survive a reload of the page (the daemon sends only new ones).
+const SAMPLES_STORE = "caovan.samples";
+
+function remembered() {
+  try {
+    const cutoff = Date.now() / 1000 - WINDOW_S;
+    return JSON.parse(localStorage.getItem(SAMPLES_STORE) ?? "[]").filter((e) => e.time >= cutoff);
+  } catch {
+    return [];
+  }
+}
+
+function remember(event) {
+  try {
+    localStorage.setItem(SAMPLES_STORE, JSON.stringify([...remembered(), event]));
+  } catch {
+    // Storage full or disabled: the charts still work, they only start empty after a reload.
+  }
+}
+
+// The daemon's event stream ----------------------------------------------------------------------------------------
+
+function connectEvents() {
+  const source = new EventSource("/events");
+  source.onopen = () => {
+    $("connection").dataset.live = "true";
+    $("connection").textContent = "live";
+  };
+  source.onerror = () => {
+    $("connection").dataset.live = "false";
+    $("connection").textContent = "reconnecting…";
+  };
+  source.onmessage = (message) => {
+    const event = JSON.parse(message.data);
+    if (event.type === "status") {
+      renderStatus(event);
+    } else if (event.type === "state") {
+      stateChanges.push({ at: event.time, kind: "state", text: `${event.state}: ${event.reason ?? ""}` });
+      if (status) renderStatus({ ...status, state: event.state, reason: event.reason, state_seconds: 0 });
+      scheduleStatus();  // the rest of /status (run, uptime, restarts) changes with the state
+    } else if (event.type === "log_event") {
+      if (event.kind === "throughput" || event.kind === "spec_decode") {
+        onSample(event);
+        remember(event);
+      } else {
+        scheduleStatus();  // markers, engine config and fatal lines change /status
+      }
+    } else if (event.type === "activation") {
+      stateChanges.push({
+        at: event.time, kind: "activation",
+        text: `plugin ${event.from_version ?? "bundled"} → ${event.to_version ?? "bundled"}: ` +
+          `${event.outcome} (${event.reason})`,
+      });
+      scheduleStatus();
+      refreshPlugins();
+    }
+  };
+}
+
+// Log tail ---------------------------------------------------------------------------------------------------------
+
+const logLines = [];
+let logNewest = 0;
+let logReceived = 0;
+
+function renderLog() {
+  const filter = $("log-filter").value.trim().toLowerCase();
+  const box = $("log");
+  const shown = filter ? logLines.filter((r) => r.line.toLowerCase().includes(filter)) : logLines;
+  box.replaceChildren(...shown.map((record) => {
+    const line = document.createElement("div");
+    if (record.source !== "engine") line.className = "daemon";
+    line.textContent = record.line;
+    return line;
+  }));
+  $("log-count").textContent = `${logLines.length} lines`;
+  box.dataset.received = String(logReceived);
+  if ($("log-follow").checked) box.scrollTop = box.scrollHeight;
+}
+
+let logRender = null;
+function connectLog() {
+  const source = new EventSource("/logs/stream?tail=200");
+  source.onmessage = (message) => {
+    const record = JSON.parse(message.data);
+    // After a reconnection the stream repeats its last lines: keep each line once.
+    if (record.time < logNewest) return;
+    logNewest = record.time;
+    logReceived += 1;
+    logLines.push(record);
+    if (logLines.length > LOG_LINES) logLines.splice(0, logLines.length - LOG_LINES);
+    logRender ??= requestAnimationFrame(() => { logRender = null; renderLog(); });
+  };
+  $("log-filter").addEventListener("input", renderLog);
+  $("log").addEventListener("scroll", () => {
+    const box = $("log");
+    $("log-follow").checked = box.scrollHeight - box.scrollTop - box.clientHeight < 24;
+  });
+}
+
+// GPUs (the daemon's /metrics, read where NVML exists) -------------------------------------------------------------
+
+function parseGpuMetrics(text) {
+  const gpus = {};
+  const pattern = /^caovan_gpu_(\w+)\{gpu="(\d+)"\} (\S+)$/gm;
+  for (const [, field, gpu, value] of text.matchAll(pattern)) {
+    (gpus[gpu] ??= {})[field] = Number(value);
+  }
+  return gpus;
+}
+
+async function refreshGpus() {
+  const box = $("gpus");
+  let response;
+  try {
+    response = await fetch("/metrics");
+  } catch {
+    return;
+  }
+  if (response.status === 401) {
+    box.innerHTML = '<p class="muted">/metrics needs a key (security.metrics_keys): GPU figures are in Grafana.</p>';
+    return;
+  }
+  const gpus = parseGpuMetrics(await response.text());
+  const indices = Object.keys(gpus);
+  if (!indices.length) {
+    box.innerHTML = '<p class="muted">No NVML GPU visible: the engine runs on the CPU.</p>';
+    return;
+  }
+  box.replaceChildren(...indices.map((index) => {
+    const g = gpus[index];
+    const used = g.memory_used_bytes ?? 0, total = g.memory_total_bytes || 1;
+    const div = document.createElement("div");
+    div.className = "gpu";
+    div.dataset.gpu = index;
+    div.innerHTML = `<strong>GPU ${index}</strong>
+      <div>memory ${(used / 2 ** 30).toFixed(1)} / ${(total / 2 ** 30).toFixed(1)} GiB</div>
+      <div class="meter"><span style="width:${(100 * used) / total}%"></span></div>
+      <div>utilisation ${g.utilization_percent ?? "–"}%</div>
+      <div class="meter"><span style="width:${g.utilization_percent ?? 0}%"></span></div>
+      <div class="muted">${g.temperature_celsius ?? "–"} °C, ${(g.power_watts ?? 0).toFixed(0)} W</div>`;
+    return div;
+  }));
+}
+
+// Plugins and admin actions ----------------------------------------------------------------------------------------
+
+async function refreshPlugins() {
+  let body;
+  try {
+    body = await (await fetch("/plugins")).json();
+  } catch {
+    return;
+  }
+  const entries = [
+    { version: "bundled", label: `bundled v${body.bundled.version}`, active: body.bundled.active },
+    ...body.versions.map((v) => ({ version: v.version, label: `v${v.version}`, active: v.active })),
+  ];
+  $("versions").replaceChildren(...entries.map((entry) => {
+    const li = document.createElement("li");
+    li.dataset.version = entry.version;
+    const name = document.createElement("span");
+    name.textContent = `${entry.label}${entry.active ? " (active)" : ""}`;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "small";
+    button.textContent = "Activate";
+    button.disabled = entry.active || body.activation_in_progress;
+    button.addEventListener("click", () => adminCall({
+      path: `/plugins/${encodeURIComponent(entry.version)}/activate`,
+      heading: `Activate plugin ${entry.label}?`,
+      explanation: "The daemon drains in-flight requests, restarts the engine on this version and verifies it " +
+        "(banner, readiness, a smoke completion, acceptance and tokens/s); a worse version is rolled back.",
+      confirmLabel: "Activate",
+      what: `Activating ${entry.label}`,
+    }).then(() => refreshPlugins()));
+    li.append(name, button);
+    return li;
+  }));
+}
+
+function setupAdmin() {
+  $("restart-button").addEventListener("click", () => adminCall({
+    path: "/restart",
+    heading: "Restart the engine?",
+    explanation: "In-flight requests finish first (up to the drain timeout); requests arriving meanwhile wait in " +
+      "the daemon's queue and are served once the engine is ready again.",
+    confirmLabel: "Restart",
+    what: "Restart",
+  }).then(scheduleStatus));
+}
+
+// Doctor -----------------------------------------------------------------------------------------------------------
+
+function doctorRows(doc) {
+  if (doc.report?.checks) {
+    return doc.report.checks.map((c) => [c.status, c.group ? `${c.group}: ${c.name}` : c.name, c.detail, c.fix]);
+  }
+  return (doc.checks ?? []).map((c) => [c.ok ? "PASS" : "FAIL", c.name,
+    Array.isArray(c.detail) ? c.detail.join(", ") : String(c.detail), ""]);
+}
+
+async function refreshDoctor(rerun) {
+  const summary = $("doctor-summary");
+  summary.textContent = rerun ? "running the doctor again…" : "running the doctor…";
+  $("doctor-refresh").disabled = true;
+  try {
+    const response = await fetch(`/doctor${rerun ? "?refresh=1" : ""}`);
+    const doc = await response.json();
+    const counts = doc.report?.summary
+      ? Object.entries(doc.report.summary).map(([k, v]) => `${v} ${k}`).join(", ") : "";
+    summary.textContent = [`source: ${doc.source}`, counts, doc.note, doc.error,
+      doc.checked_at ? `checked ${clock(doc.checked_at)}${doc.cached ? " (cached)" : ""}` : ""]
+      .filter(Boolean).join(" · ");
+    const table = $("doctor");
+    const head = document.createElement("tr");
+    for (const name of ["", "check", "detail", "what to do"]) {
+      const th = document.createElement("th");
+      th.textContent = name;
+      head.append(th);
+    }
+    table.replaceChildren(head, ...doctorRows(doc).map(([state, name, detail, fix]) => {
+      const tr = document.createElement("tr");
+      for (const [index, value] of [state, name, detail, fix].entries()) {
+        const td = document.createElement("td");
+        td.textContent = value ?? "";
+        if (index === 0) {
+          td.className = "status";
+          td.dataset.status = state;
+        }
+        tr.append(td);
+      }
+      return tr;
+    }));
+  } catch (error) {
+    summary.textContent = `the doctor did not answer: ${error.message}`;
+  } finally {
+    $("doctor-refresh").disabled = false;
+  }
+}
+
+// Start ------------------------------------------------------------------------------------------------------------
+
+remembered().forEach(onSample);
+connectEvents();
+connectLog();
+setupAdmin();
+refreshPlugins();
+refreshGpus();
+refreshDoctor(false);
+$("doctor-refresh").addEventListener("click", () => refreshDoctor(true));
+setInterval(refreshStatus, 5000);
+setInterval(refreshGpus, 10000);
+setInterval(() => {
+  tickUptimes();
+  Object.values(charts).forEach((chart) => chart.draw());
+}, 1000);
