@@ -220,7 +220,11 @@ class EngineEffects:
             except (httpx.HTTPError, asyncio.TimeoutError, ValueError) as exc:
                 self.post(Progress(run.run_id, ok=False, detail=str(exc) or type(exc).__name__))
                 continue
-            self.post(Progress(run.run_id, ok=True, running=sums.get("vllm:num_requests_running", 0.0),
+            # The engine's own counts go stale when its core is frozen between two requests, so the requests the
+            # proxy is waiting on count too: work is pending whenever either side sees some.
+            pending = max(sums.get("vllm:num_requests_running", 0.0) + sums.get("vllm:num_requests_waiting", 0.0),
+                          float(self.gate.in_flight))
+            self.post(Progress(run.run_id, ok=True, running=pending,
                                generated_total=sums.get("vllm:generation_tokens_total", 0.0)))
 
     def measure(self, run_id: int) -> None:

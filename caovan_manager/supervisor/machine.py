@@ -458,7 +458,7 @@ class Machine:
         elif self._stalled_since is None:
             self._stalled_since = self._last_sample_at
         elif now - self._stalled_since >= limit:
-            return (f"the engine is hung: {sample.running:g} request(s) running and no token generated for "
+            return (f"the engine is hung: {sample.running:g} request(s) pending and no token generated for "
                     f"{now - self._stalled_since:.0f} s (supervisor.hang_timeout_s = {limit:g})")
         self._last_generated = sample.generated_total
         self._last_sample_at = now

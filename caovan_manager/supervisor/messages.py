@@ -110,7 +110,8 @@ class BackoffElapsed:
 
 @dataclass(frozen=True)
 class Progress:
-    """One forward-progress sample from the engine's /metrics; ok=False when it did not answer."""
+    """One forward-progress sample: requests pending (engine running/waiting or held by the proxy) and the engine's
+    generated-token total from its /metrics; ok=False when it did not answer."""
 
     run_id: int
     ok: bool
