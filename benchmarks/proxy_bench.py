@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -144,13 +145,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_daemon(model: str | None, state_dir: Path) -> tuple[subprocess.Popen, str]:
+def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
     port = free_port()
     config = state_dir / "bench.toml"
     config.write_text(f'port = {port}\nstate_dir = "{state_dir}"\n[proxy]\nqueue_size = 1024\n')
-    command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve", "--config", str(config)]
-    if model:
-        command.insert(-2, model)
+    command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve",
+               *([model] if model else []), "--config", str(config), *(["--", *engine_args] if engine_args else [])]
     log = (state_dir / "daemon.log").open("wb")
     daemon = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                               env={k: v for k, v in os.environ.items() if not k.startswith("CAOVAN_")})
@@ -166,6 +166,8 @@ def wait_ready(daemon: subprocess.Popen, url: str, timeout_s: float = 600) -> di
             status = httpx.get(f"{url}/status", timeout=5).json()
             if status["state"] == "ready":
                 return status
+            if status["state"] == "failed":
+                raise SystemExit(f"the engine failed to start: {status['last_error']}")
         except httpx.HTTPError:
             pass
         time.sleep(1)

@@ -13,7 +13,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from . import activity
 from .conv import ConvOps
 
 
@@ -38,7 +37,6 @@ def _non_spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.
             cu_seqlens=bounds, ssm_state_indices=indices[: meta.num_decodes], use_qk_l2norm_in_kernel=True,
             state_v_first=True,
         )
-        activity.record("decode")
         return o.squeeze(0)
     x = conv.varlen(layer, x, bounds, indices[:n_seq], meta.has_initial_state, meta)
     q, k, v = layer.rearrange_mixed_qkv(x)
@@ -48,7 +46,6 @@ def _non_spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.
         use_qk_l2norm_in_kernel=True, state_v_first=True, ssm_state_indices=indices[:n_seq],
         has_initial_state=meta.has_initial_state,
     )
-    activity.record("prefill")
     return o.squeeze(0)
 
 
@@ -63,7 +60,6 @@ def _spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.Tens
         cu_seqlens=meta.spec_query_start_loc[: n + 1], ssm_state_indices=meta.spec_state_indices_tensor[:n],
         num_accepted_tokens=meta.num_accepted_tokens[:n], use_qk_l2norm_in_kernel=True, state_v_first=True,
     )
-    activity.record("decode")
     return o.squeeze(0)
 
 

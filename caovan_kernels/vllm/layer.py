@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from vllm.utils.torch_utils import LayerNameType  # the op schema's layer-name type differs across vLLM builds
 
+from . import activity
 from .gdn_core import run_gdn_core
 from .markers import emit_once, log
 from .settings import PluginSettings
@@ -59,6 +60,12 @@ def _cpu_core(mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_at
     from .conv import CpuConv
 
     run_gdn_core(layer, meta, mixed_qkv, b, a, core_attn_out, CpuConv())
+    if meta.num_actual_tokens == 0:
+        return
+    if meta.num_prefills > 0:
+        activity.record("prefill")
+    if meta.num_spec_decodes > 0 or (meta.num_prefills == 0 and meta.num_decodes > 0):
+        activity.record("decode")
 
 
 def _register_cpu_op() -> None:
@@ -95,6 +102,11 @@ def make_layer_class(base: type, cpu_path: bool) -> type:
                 os.environ["TRITON_INTERPRET"] = "1"
                 _register_cpu_op()
             self._caovan_active = active
+            # CUDA decode steps are counted on the GPU (graph replays run no Python), by the first layer only.
+            self._caovan_steps = (
+                activity.claim_device_counter(torch.device("cuda", torch.cuda.current_device()))
+                if active and on_cuda else None
+            )
 
         def forward_cpu(self, hidden_states: torch.Tensor) -> torch.Tensor:
             if not self._caovan_active:
@@ -132,6 +144,10 @@ def make_layer_class(base: type, cpu_path: bool) -> type:
             from .conv import CudaConv
 
             run_gdn_core(self, meta, mixed_qkv, b, a, core_attn_out, CudaConv())
+            if meta.num_prefills > 0:
+                activity.record_cuda_prefill(meta.non_spec_state_indices_tensor[: meta.num_prefills + meta.num_decodes])
+            if self._caovan_steps is not None and (meta.num_decodes > 0 or meta.num_spec_decodes > 0):
+                self._caovan_steps.add_(1)
             return None
 
     CaovanGatedDeltaNet.__qualname__ = CaovanGatedDeltaNet.__name__ = f"Caovan{base.__name__}"

@@ -29,7 +29,11 @@ class EngineTarget:
 
 def resolve_target(settings: Settings, log: Callable[[str], None] = print) -> EngineTarget:
     if settings.engine.model:
-        return EngineTarget(settings.engine.model, list(settings.engine.args))
+        model = Path(settings.engine.model).expanduser()
+        # The engine runs in its own run folder, so a relative model directory is made absolute here; a name that
+        # is no local path (a Hugging Face model id) goes to vLLM as given.
+        local = model.resolve() if model.exists() else None
+        return EngineTarget(str(local) if local else settings.engine.model, list(settings.engine.args))
     from caovan_manager import embedded
     from caovan_manager.demo import build
 

@@ -128,3 +128,14 @@ def test_seed_gpu_command_line_goes_through_unchanged(tmp_path):
     assert spec.command[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
     assert spec.env["PYTHONPATH"].split(":")[0] == "/store/0.2.0/site"
     assert spec.cwd == tmp_path
+
+
+def test_relative_model_directory_reaches_the_engine_as_an_absolute_path(tmp_path, monkeypatch):
+    # The engine starts in its own run folder: `caovan serve ./my-model` must still find the model.
+    from caovan_manager.engine.launch import resolve_target
+
+    (tmp_path / "my-model").mkdir()
+    monkeypatch.chdir(tmp_path)
+    target = resolve_target(load_settings(engine={"model": "my-model"}))
+    assert target.model == str(tmp_path / "my-model")
+    assert resolve_target(load_settings(engine={"model": "Qwen/Qwen3.6-27B"})).model == "Qwen/Qwen3.6-27B"
