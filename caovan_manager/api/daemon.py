@@ -47,6 +47,7 @@ class Daemon:
         self.effects: EngineEffects | None = None
         self.supervisor = Supervisor(self.metrics, self.events)
         self.proxy_client: httpx.AsyncClient | None = None
+        self.proxy_transport: httpx.AsyncHTTPTransport | None = None
 
     @property
     def machine(self) -> Machine:
@@ -57,9 +58,13 @@ class Daemon:
         proxy = self.settings.proxy
         self.gate = Gate(proxy.queue_size, proxy.queue_wait_s, proxy.retry_after_s)
         self.metrics.bind_gate(lambda: self.gate.waiting, lambda: self.gate.in_flight)
+        # The relay sends through the transport itself (see proxy/router.py); the client builds its requests (with
+        # these timeouts) and serves the daemon's own calls to the engine.
+        self.proxy_transport = httpx.AsyncHTTPTransport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
         self.proxy_client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=proxy.connect_timeout_s, read=proxy.read_timeout_s, write=60, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
+            transport=self.proxy_transport)
         await asyncio.to_thread(self.reap_orphans)
         if self.target is None:
             self.target = await asyncio.to_thread(resolve_target, self.settings, log)

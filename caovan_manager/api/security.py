@@ -1,7 +1,9 @@
 """Who may call what: admin keys for control calls, inference keys for /v1/* only, /metrics open or keyed
 (security.metrics_keys).
 
-Keys are compared in constant time and never echoed: not in errors, not in /status, not in logs.
+Keys are compared in constant time and never echoed: not in errors, not in /status, not in logs. The checks are
+`async def` although they never wait: FastAPI runs a plain `def` dependency in its thread pool, a thread hop on
+every proxied request.
 """
 
 from __future__ import annotations
@@ -34,13 +36,13 @@ def _refuse(what: str) -> HTTPException:
                          headers={"WWW-Authenticate": "Bearer"})
 
 
-def require_admin(request: Request) -> None:
+async def require_admin(request: Request) -> None:
     keys = request.app.state.daemon.settings.security.admin_keys
     if keys and not _matches(_presented_key(request), keys):
         raise _refuse(f"{request.method} {request.url.path} is an admin call and")
 
 
-def require_inference(request: Request) -> None:
+async def require_inference(request: Request) -> None:
     security = request.app.state.daemon.settings.security
     if not security.inference_keys:
         return
@@ -49,7 +51,7 @@ def require_inference(request: Request) -> None:
         raise _refuse("the OpenAI API")
 
 
-def require_metrics_access(request: Request) -> None:
+async def require_metrics_access(request: Request) -> None:
     security = request.app.state.daemon.settings.security
     if security.metrics_keys and not _matches(_presented_key(request), security.metrics_keys + security.admin_keys):
         raise _refuse("/metrics (security.metrics_keys is set, so it)")

@@ -71,7 +71,9 @@ async def proxy(path: str, request: Request) -> Response:
         upstream_request = client.build_request(request.method, f"{upstream}/v1/{path}{query}", headers=headers,
                                                 content=body)
         try:
-            response = await client.send(upstream_request, stream=True)
+            # Straight to the transport: a relay wants none of the client's layers (auth, redirects, and above all
+            # its cookie jar, which would carry one user's cookies into everyone's requests), and they cost CPU.
+            response = await daemon.proxy_transport.handle_async_request(upstream_request)
             break
         except httpx.ConnectError:
             # The engine went away between admission and connect; it never saw this request: wait for the next one.
