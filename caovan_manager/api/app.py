@@ -20,7 +20,8 @@ from .daemon import Daemon
 
 
 def default_web_dir() -> Path:
-    return Path(__file__).resolve().parents[2] / "web"
+    """The dashboard shipped with this package: in a checkout, caovan_manager/web links to the project's web/."""
+    return (Path(__file__).resolve().parents[1] / "web").resolve()
 
 
 def create_app(settings: Settings, target: EngineTarget | None = None, autostart: bool = True,

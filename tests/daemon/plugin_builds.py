@@ -9,15 +9,16 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SKIP = shutil.ignore_patterns(".venv", ".git", "tests", "web", "docs", "benchmarks", "build", "dist", "*.egg-info",
-                              "__pycache__", "*.pyc", ".pytest_cache")
+SKIP = (".venv", ".git", "tests", "docs", "benchmarks", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
+        ".pytest_cache")
 
 
-def build_wheel(workdir: Path, version: str, broken: bool = False) -> Path:
+def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: bool = False) -> Path:
     """Copy the source tree, set caovan_kernels.__version__, optionally make the plugin's register() raise, and
-    build a wheel with pip (no network: no build isolation, no dependencies)."""
+    build a wheel with pip (no network: no build isolation, no dependencies). Plugin builds leave the dashboard
+    out (smaller, faster); with_web keeps it, as a release wheel has it."""
     source = workdir / f"src-{version}"
-    shutil.copytree(REPO, source, ignore=SKIP)
+    shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*SKIP, *(() if with_web else ("web",))))
     init = source / "caovan_kernels" / "__init__.py"
     text, count = re.subn(r'__version__ = "[^"]+"', f'__version__ = "{version}"', init.read_text())
     assert count == 1, "caovan_kernels/__init__.py has no __version__ line to replace"
