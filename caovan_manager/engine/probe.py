@@ -60,19 +60,26 @@ async def engine_metrics(client: httpx.AsyncClient) -> dict[str, float]:
     return metric_sums(response.text)
 
 
+async def _chat(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> int:
+    response = await client.post("/v1/chat/completions", json={
+        "model": model, "max_tokens": max_tokens, "temperature": 0, "messages": [{"role": "user", "content": prompt}]})
+    if response.status_code != 200:
+        raise ProbeError(f"benchmark request returned HTTP {response.status_code}: {response.text[:300]}")
+    return response.json()["usage"]["completion_tokens"]
+
+
 async def benchmark(client: httpx.AsyncClient, requests: int, max_tokens: int) -> Measurement:
-    """Sequential chat completions: generation tokens/s, and MTP acceptance from the engine's counters."""
+    """Sequential chat completions: generation tokens/s, and MTP acceptance from the engine's counters.
+
+    One untimed request first: a freshly started engine is slow on its first full-length requests (kernels built
+    for new shapes), and the version just started must not be compared cold against a warm one."""
     model = await served_model(client)
+    await _chat(client, model, BENCH_PROMPTS[0], max_tokens)
     before = await engine_metrics(client)
     tokens = 0
     started = time.perf_counter()
     for index in range(requests):
-        response = await client.post("/v1/chat/completions", json={
-            "model": model, "max_tokens": max_tokens, "temperature": 0,
-            "messages": [{"role": "user", "content": BENCH_PROMPTS[index % len(BENCH_PROMPTS)]}]})
-        if response.status_code != 200:
-            raise ProbeError(f"benchmark request returned HTTP {response.status_code}: {response.text[:300]}")
-        tokens += response.json()["usage"]["completion_tokens"]
+        tokens += await _chat(client, model, BENCH_PROMPTS[index % len(BENCH_PROMPTS)], max_tokens)
     elapsed = time.perf_counter() - started
     after = await engine_metrics(client)
     drafted = after.get("vllm:spec_decode_num_draft_tokens_total", 0) - before.get(
