@@ -264,7 +264,8 @@ def test_log_samples_are_kept_for_status(fx, clock):
 BASE = Measurement(tokens_per_s=50.0, acceptance_rate=0.6, tokens=200)
 
 
-def activate_until_new_engine_ready(m: Machine, fx: RecordingEffects, version: str) -> int:
+def activate_until_new_engine_started(m: Machine, fx: RecordingEffects, version: str) -> int:
+    """Activation through baseline, drain and stop, up to the new version's engine starting; its run id."""
     old = m.run.run_id
     assert m.handle(ActivateCommand(version)).accepted
     assert fx.take() == [("measure", old)]
@@ -273,7 +274,11 @@ def activate_until_new_engine_ready(m: Machine, fx: RecordingEffects, version: s
     m.handle(Drained(0))
     m.handle(StoppedGroup(old))
     assert m.state is State.STARTING and ("spawn", old + 1, version) in fx.calls
-    new = m.run.run_id
+    return m.run.run_id
+
+
+def activate_until_new_engine_ready(m: Machine, fx: RecordingEffects, version: str) -> int:
+    new = activate_until_new_engine_started(m, fx, version)
     m.handle(LogLine(new, PluginBanner(version)))
     m.handle(ReadyProbe(new, ok=True))
     return new
@@ -319,12 +324,7 @@ def test_activation_with_lower_acceptance_rolls_back(fx, clock):
 def test_activation_whose_banner_shows_another_version_rolls_back(fx, clock):
     m = make(fx, clock)
     ready(m, fx)
-    old = m.run.run_id
-    m.handle(ActivateCommand("0.2.0"))
-    m.handle(Measured(old, BASE))
-    m.handle(Drained(0))
-    m.handle(StoppedGroup(old))
-    new = m.run.run_id
+    new = activate_until_new_engine_started(m, fx, "0.2.0")
     m.handle(LogLine(new, PluginBanner("0.1.0")))
     m.handle(ReadyProbe(new, ok=True))
     assert m.activation.phase == "rollback" and "banner shows version 0.1.0, expected 0.2.0" in m.reason
@@ -333,12 +333,7 @@ def test_activation_whose_banner_shows_another_version_rolls_back(fx, clock):
 def test_activation_without_banner_times_out_and_rolls_back(fx, clock):
     m = make(fx, clock)
     ready(m, fx)
-    old = m.run.run_id
-    m.handle(ActivateCommand("0.2.0"))
-    m.handle(Measured(old, BASE))
-    m.handle(Drained(0))
-    m.handle(StoppedGroup(old))
-    m.handle(ReadyProbe(m.run.run_id, ok=True))
+    m.handle(ReadyProbe(activate_until_new_engine_started(m, fx, "0.2.0"), ok=True))
     assert m.state is State.READY and "banner" in fx.timers
     m.handle(fx.fire("banner"))
     assert m.activation.phase == "rollback" and "plugin was not loaded" in m.reason
@@ -347,12 +342,7 @@ def test_activation_without_banner_times_out_and_rolls_back(fx, clock):
 def test_activation_whose_engine_crashes_at_start_rolls_back_without_backoff(fx, clock):
     m = make(fx, clock)
     ready(m, fx)
-    old = m.run.run_id
-    m.handle(ActivateCommand("0.2.0"))
-    m.handle(Measured(old, BASE))
-    m.handle(Drained(0))
-    m.handle(StoppedGroup(old))
-    new = m.run.run_id
+    new = activate_until_new_engine_started(m, fx, "0.2.0")
     m.handle(LogLine(new, Fatal("engine_start_failed", "ImportError: bad plugin")))
     m.handle(Exited(new, 1))
     m.handle(StoppedGroup(new))
