@@ -198,12 +198,17 @@ def table(results: list[tuple[PathResult, PathResult]], hop: dict[str, float]) -
 async def bench(direct: str, daemon: str, args: argparse.Namespace) -> tuple[list, dict]:
     hop = await hop_latency(direct, daemon, {}, args.hop_samples)
     results = []
-    await run_load(direct, {}, 2, 1, args.max_tokens, Samples([], []))  # warm-up
     for concurrency in args.concurrency:
-        # Alternate the two paths round by round, so a noisy neighbour on the machine hits both alike.
+        # One untimed round per path first: a new batch size costs the engine a warm-up (on a GPU, CUDA-graph and
+        # kernel choices) that would otherwise fall on whichever path the first timed round sends.
+        for url in (direct, daemon):
+            await run_load(url, {}, concurrency, 1, args.max_tokens, Samples([], []))
+        # Alternate the two paths round by round, and which goes first, so a noisy neighbour on the machine (or
+        # the engine warming up) hits both alike.
         samples = {"direct": Samples([], []), "daemon": Samples([], [])}
-        for _ in range(args.rounds):
-            for name, url in (("direct", direct), ("daemon", daemon)):
+        paths = [("direct", direct), ("daemon", daemon)]
+        for round_index in range(args.rounds):
+            for name, url in paths if round_index % 2 == 0 else paths[::-1]:
                 await run_load(url, {}, concurrency, args.requests, args.max_tokens, samples[name])
         first, second = samples["direct"].result("direct", concurrency), samples["daemon"].result("daemon", concurrency)
         results.append((first, second))

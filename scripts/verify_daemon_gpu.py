@@ -74,8 +74,10 @@ def main() -> int:
     parser.add_argument("--out-dir", type=Path, default=Path("."))
     parser.add_argument("--concurrency", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--max-num-seqs", type=int, default=64, help="Engine batch size (the largest concurrency).")
+    parser.add_argument("--rounds", type=int, default=3, help="Alternating direct/daemon rounds per concurrency.")
     opts = parser.parse_args()
-    bench_args = argparse.Namespace(concurrency=opts.concurrency, requests=2, rounds=3, max_tokens=32, hop_samples=300)
+    bench_args = argparse.Namespace(concurrency=opts.concurrency, requests=2, rounds=opts.rounds, max_tokens=32,
+                                    hop_samples=300)
     problems: list[str] = []
     lines: list[str] = []
     opts.out_dir.mkdir(parents=True, exist_ok=True)
@@ -138,7 +140,8 @@ def main() -> int:
     gpus = ", ".join(sorted({s.name for s in gpu_samples()})) or "no GPU"  # NVML: no CUDA context in this process
     header = [f"## The daemon beside CUDA vLLM ({datetime.date.today().isoformat()})", "",
               f"- stack: vLLM {vllm.__version__}, torch {torch.__version__}, {gpus}, {psutil.cpu_count()} CPU "
-              "cores; demo model, MTP=3, CUDA graphs on"]
+              f"cores; demo model, MTP=3, CUDA graphs on; load: {opts.rounds} alternating rounds x 2 streamed chat "
+              "completions per stream, 32 max tokens"]
     report = "\n".join([*header, *lines, f"- result: {'PASS' if not problems else 'FAIL'}",
                         *[f"  - {p}" for p in problems], ""])
     print(report)

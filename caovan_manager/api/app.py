@@ -9,11 +9,11 @@ from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.routing import Mount
 
 import caovan_kernels
 from caovan_manager.config import Settings
 from caovan_manager.engine.launch import EngineTarget
-from caovan_manager.proxy.router import router as proxy_router
 
 from . import control, doctor, logs, metrics, plugins, status
 from .daemon import Daemon
@@ -37,12 +37,15 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
             await daemon.shutdown()
 
     app = FastAPI(title="Caovan daemon", version=caovan_kernels.__version__, lifespan=lifespan,
-                  description="Supervises the vLLM engine, proxies the OpenAI API, swaps plugin versions safely.")
+                  description="Supervises the vLLM engine, proxies the OpenAI API, swaps plugin versions safely. "
+                              "`/v1/*` is the engine's OpenAI-compatible API, relayed (with an inference key where "
+                              "security.inference_keys is set); see the engine's own /docs for its endpoints.")
     app.state.daemon = daemon
     app.state.doctor_cache = {"lock": asyncio.Lock(), "at": 0.0, "report": None}
     for module in (status, control, logs, plugins, metrics, doctor):
         app.include_router(module.router)
-    app.include_router(proxy_router)
+    # First in the route list: it carries the traffic, and the router tries routes in order.
+    app.router.routes.insert(0, Mount("/v1", app=daemon.relay, name="openai"))
     web = settings.web_dir or default_web_dir()
     if (web / "index.html").is_file():
         app.mount("/", StaticFiles(directory=web, html=True), name="web")

@@ -20,6 +20,7 @@ from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
+from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.bus import Broadcaster
@@ -46,8 +47,8 @@ class Daemon:
         self.gate: Gate | None = None
         self.effects: EngineEffects | None = None
         self.supervisor = Supervisor(self.metrics, self.events)
-        self.proxy_client: httpx.AsyncClient | None = None
-        self.proxy_transport: httpx.AsyncHTTPTransport | None = None
+        self.relay = OpenAIRelay(settings.proxy, settings.security, self.metrics)
+        self.engine_client: httpx.AsyncClient | None = None
 
     @property
     def machine(self) -> Machine:
@@ -58,13 +59,8 @@ class Daemon:
         proxy = self.settings.proxy
         self.gate = Gate(proxy.queue_size, proxy.queue_wait_s, proxy.retry_after_s)
         self.metrics.bind_gate(lambda: self.gate.waiting, lambda: self.gate.in_flight)
-        # The relay sends through the transport itself (see proxy/router.py); the client builds its requests (with
-        # these timeouts) and serves the daemon's own calls to the engine.
-        self.proxy_transport = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512))
-        self.proxy_client = httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=proxy.connect_timeout_s, read=proxy.read_timeout_s, write=60, pool=None),
-            transport=self.proxy_transport)
+        # The daemon's own calls to the engine (its /metrics page); the OpenAI API goes through the relay.
+        self.engine_client = httpx.AsyncClient(timeout=httpx.Timeout(30, connect=proxy.connect_timeout_s))
         await asyncio.to_thread(self.reap_orphans)
         if self.target is None:
             self.target = await asyncio.to_thread(resolve_target, self.settings, log)
@@ -74,6 +70,7 @@ class Daemon:
             active = None
         self.effects = EngineEffects(self.settings, self.target, self.supervisor.post, self.sink, self.gate,
                                      self.store, self.plugins.site_dir, self.metrics, self.events)
+        self.relay.start(self.gate, self.effects.engine_headers)
         machine = Machine(self.effects, self.settings.supervisor, self.settings.plugins, time.monotonic,
                           bundled_version=self.bundled_version, active_version=active,
                           first_run_id=self.store.next_run_id())
@@ -99,8 +96,9 @@ class Daemon:
             await self.effects.aclose()
         else:
             await self.supervisor.stop_loop()
-        if self.proxy_client is not None:
-            await self.proxy_client.aclose()
+        await self.relay.aclose()
+        if self.engine_client is not None:
+            await self.engine_client.aclose()
         self.sink.close()
         self.store.close()
 

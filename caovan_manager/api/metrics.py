@@ -24,7 +24,7 @@ async def engine_metrics(request: Request) -> Response:
         return Response(f"# the engine is {daemon.machine.state.value}; its metrics return once it is ready\n",
                         status_code=503, media_type="text/plain", headers={"Retry-After": "10"})
     try:
-        response = await daemon.proxy_client.get(f"{upstream}/metrics", timeout=10)
+        response = await daemon.engine_client.get(f"{upstream}/metrics", timeout=10)
     except httpx.HTTPError as exc:
         return Response(f"# the engine's /metrics did not answer: {type(exc).__name__}\n", status_code=502,
                         media_type="text/plain")

@@ -71,5 +71,5 @@ def serve(
     application.state.daemon.supervisor.ready_callbacks.append(announce)
     typer.echo(f"caovan serve: daemon on {base}; starting the engine on {target.model} "
                f"(about a minute on a CPU, longer on first GPU start)", err=True)
-    uvicorn.run(application, host=settings.host, port=settings.port, log_level="info",
+    uvicorn.run(application, host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log,
                 timeout_graceful_shutdown=int(min(settings.supervisor.drain_timeout_s, 10)) or 1)

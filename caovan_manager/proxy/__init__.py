@@ -1,1 +1,1 @@
-"""The OpenAI API proxy: admission gate and the /v1/* router."""
+"""The OpenAI API proxy: the admission gate and the /v1/* relay."""

@@ -1,0 +1,248 @@
+"""/v1/*: the OpenAI API relayed to the engine, streaming chunk by chunk.
+
+Requests wait at the gate while the engine is not ready (bounded queue, bounded wait, then a 503 with Retry-After).
+A request whose connection to the engine cannot be made is put back at the gate, since the engine never saw it; one
+that fails after the engine took it gets a clear error (a 502, or an error event inside a started stream), never a
+silent hang: the read timeout bounds every silence. A client that goes away, at any point, closes the engine
+connection, so vLLM aborts the request.
+
+Every proxied request and every streamed chunk passes here, so this is a plain ASGI app mounted at /v1 rather than
+a FastAPI route (no request objects, dependency solving or response classes), and it talks to the engine with
+aiohttp: per request it costs about a third of the CPU of httpx's transport (measured; docs/benchmarks.md), and
+that cost is paid in the daemon's single event loop by every request of a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import aiohttp
+
+from caovan_manager.api.security import inference_key_accepted, refusal
+from caovan_manager.config import ProxySettings, SecuritySettings
+from caovan_manager.metrics import DaemonMetrics
+
+from .gate import Gate, Unavailable
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# Not forwarded: connection-level headers, the client's key (the engine has its own, or none), and compression
+# (the engine's bytes pass through as they are).
+DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"te", b"upgrade",
+                b"authorization", b"accept-encoding", b"proxy-authorization"}
+DROP_RESPONSE = {b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"content-encoding",
+                 b"server", b"date"}
+# aiohttp adds these unless told not to; the client's own, where it sent them, pass through.
+NO_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
+KNOWN_ENDPOINTS = ("chat/completions", "completions", "models", "embeddings", "responses", "tokenize", "detokenize",
+                   "audio", "score", "rerank")
+RECONNECT_PAUSE_S = 0.25
+# vLLM's server closes idle connections after 5 s; dropping ours first avoids sending on one it is closing.
+KEEPALIVE_S = 4.0
+
+
+def endpoint_label(path: str) -> str:
+    """The metrics label of a path below /v1/ (a fixed set, so clients cannot grow the label space)."""
+    for known in KNOWN_ENDPOINTS:
+        if path == known or path.startswith(known + "/"):
+            return "/v1/" + known
+    return "/v1/other"
+
+
+class OpenAIRelay:
+    """The ASGI app behind /v1. `start` (in the running loop) opens its engine connection pool; `aclose` ends it."""
+
+    def __init__(self, proxy: ProxySettings, security: SecuritySettings, metrics: DaemonMetrics) -> None:
+        self.proxy, self.security, self.metrics = proxy, security, metrics
+        self.gate: Gate | None = None
+        self.engine_headers: dict[str, str] = {}
+        self.session: aiohttp.ClientSession | None = None
+
+    def start(self, gate: Gate, engine_headers: dict[str, str]) -> None:
+        self.gate, self.engine_headers = gate, engine_headers
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
+            timeout=aiohttp.ClientTimeout(total=None, connect=self.proxy.connect_timeout_s,
+                                          sock_read=self.proxy.read_timeout_s),
+            # A relay wants no cookie jar (it would carry one user's cookies into everyone's requests) and no
+            # decompression (the bytes pass through).
+            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, skip_auto_headers=NO_AUTO_HEADERS)
+
+    async def aclose(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # a WebSocket: vLLM's realtime API is not relayed
+            await send({"type": "websocket.close", "code": 1003,
+                        "reason": "the daemon relays HTTP only; connect to the engine's port for WebSockets"})
+            return
+        exchange = _Exchange(self, scope, receive, send)
+        task = asyncio.current_task()
+        watcher: asyncio.Task | None = None
+        try:
+            if not await exchange.read_request():
+                return
+            # From here on, a client that disconnects cancels the exchange, wherever it waits.
+            watcher = asyncio.get_running_loop().create_task(exchange.watch_disconnect(task))
+            await exchange.run()
+        except asyncio.CancelledError:
+            if not exchange.client_gone:
+                raise
+            if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation was ours and is handled
+                task.uncancel()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            exchange.finish()
+
+
+class _Exchange:
+    """One request through the relay."""
+
+    def __init__(self, relay: OpenAIRelay, scope: Scope, receive: Receive, send: Send) -> None:
+        self.relay, self.scope, self.receive, self.send = relay, scope, receive, send
+        self.label = endpoint_label(scope["path"][len("/v1/"):])
+        self.started = time.perf_counter()
+        self.status = "499"  # until the engine answers: the client went away first
+        self.body = b""
+        self.headers: dict[str, str] = {}
+        self.response: aiohttp.ClientResponse | None = None
+        self.admitted = False
+        self.client_gone = False
+
+    async def read_request(self) -> bool:
+        """Check the key, read the body; False if the request ends here (refused, or the client left)."""
+        authorization = None
+        headers = self.headers
+        for name, value in self.scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+            elif name not in DROP_REQUEST:
+                headers[name.decode("latin-1")] = value.decode("latin-1")
+        if not inference_key_accepted(self.relay.security, authorization):
+            await self.error(401, refusal("the OpenAI API"), "authentication_error", {"WWW-Authenticate": "Bearer"})
+            return False
+        headers.update(self.relay.engine_headers)
+        chunks = []
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self.client_gone = True
+                return False
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        self.body = b"".join(chunks)
+        return True
+
+    async def watch_disconnect(self, exchange_task: asyncio.Task) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        self.client_gone = True
+        exchange_task.cancel()
+
+    async def run(self) -> None:
+        if not await self.connect():
+            return
+        response = self.response
+        self.status = str(response.status)
+        headers = [(name, value) for name, value in response.raw_headers if name.lower() not in DROP_RESPONSE]
+        if response.content_type == "text/event-stream":
+            await self.stream(response, headers)
+            return
+        try:
+            content = await response.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            await self.error(502, _failure(exc), "engine_error")
+            return
+        headers.append((b"content-length", str(len(content)).encode()))
+        await self.send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": content})
+
+    async def connect(self) -> bool:
+        """Admission, then the request to the engine up to its response headers; False if answered with an error."""
+        relay, gate = self.relay, self.relay.gate
+        scope = self.scope
+        query = scope["query_string"]
+        target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + gate.queue_wait_s
+        while True:
+            try:
+                upstream = await gate.enter()
+            except Unavailable as exc:
+                await self.error(503, exc.reason, "engine_unavailable", {"Retry-After": str(exc.retry_after_s)})
+                return False
+            self.admitted = True
+            try:
+                self.response = await relay.session.request(scope["method"], upstream + target, headers=self.headers,
+                                                            data=self.body, allow_redirects=False)
+                return True
+            except aiohttp.ClientConnectorError:
+                # The engine went away between admission and connect; it never saw this request: wait for the next.
+                self.admitted = False
+                gate.leave()
+                if loop.time() >= deadline:
+                    await self.error(503, "the engine is not reachable (it is restarting); retry",
+                                     "engine_unavailable", {"Retry-After": str(gate.retry_after_s)})
+                    return False
+                await asyncio.sleep(RECONNECT_PAUSE_S)
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                await self.error(502, _failure(exc), "engine_error")
+                return False
+
+    async def stream(self, response: aiohttp.ClientResponse, headers: list[tuple[bytes, bytes]]) -> None:
+        send = self.send
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        first = True
+        try:
+            async for chunk in response.content.iter_any():
+                if first:
+                    self.relay.metrics.proxy_ttft.labels(self.label).observe(time.perf_counter() - self.started)
+                    first = False
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            self.status = "502"
+            error = {"error": {"message": _failure(exc), "type": "engine_error", "code": 502}}
+            await send({"type": "http.response.body", "body": f"data: {json.dumps(error)}\n\n".encode(),
+                        "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
+        self.status = str(status)
+        body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
+        await self.send({"type": "http.response.start", "status": status, "headers": raw})
+        await self.send({"type": "http.response.body", "body": body})
+
+    def finish(self) -> None:
+        """Runs once per request, however it ended: the engine connection, the gate, the metrics."""
+        if self.response is not None:
+            # Back to the pool only when fully read; anything else closes it, which aborts the request in vLLM.
+            if self.response.content.at_eof():
+                self.response.release()
+            else:
+                self.response.close()
+        if self.admitted:
+            self.relay.gate.leave()
+        metrics = self.relay.metrics
+        metrics.proxy_requests.labels(self.label, self.status).inc()
+        if self.response is not None:  # requests the engine answered; refusals and queue timeouts are not latency
+            metrics.proxy_latency.labels(self.label).observe(time.perf_counter() - self.started)
+
+
+def _failure(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return (f"the engine sent nothing for the proxy's read timeout ({type(exc).__name__}); the request was "
+                f"abandoned. If the engine is hung the daemon restarts it; retry")
+    return (f"the engine failed while serving this request ({type(exc).__name__}); the daemon is restarting it. "
+            f"Retry the request")

@@ -1,0 +1,128 @@
+"""The /v1 relay over real sockets (uvicorn serving the daemon), for the faults the real engine cannot be made to
+show in a unit test: an engine that accepts a request and then stays silent past the read timeout (a stand-in named
+SilentEngine), and a client that gives up while its request waits in the queue. Streaming, client disconnects
+during a stream and an engine killed mid-stream are tested on the real engine (tests/integration/daemon)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from caovan_manager.api.app import create_app
+from caovan_manager.api.daemon import Daemon
+from caovan_manager.config import load_settings
+from caovan_manager.engine.launch import EngineTarget
+
+
+@dataclass
+class ServedDaemon:
+    url: str
+    daemon: Daemon
+    loop: asyncio.AbstractEventLoop
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run fn in the daemon's loop (the gate belongs to it) and return its result."""
+        async def inside() -> Any:
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(inside(), self.loop).result(10)
+
+    def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.call(predicate):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def requests_counted(self, status: str) -> float:
+        value = self.daemon.metrics.registry.get_sample_value(
+            "caovan_proxy_requests_total", {"endpoint": "/v1/chat/completions", "status": status})
+        return value or 0.0
+
+
+@contextlib.contextmanager
+def served_daemon(tmp_path, **overrides: Any) -> Iterator[ServedDaemon]:
+    settings = load_settings(state_dir=str(tmp_path), **overrides)
+    app = create_app(settings, EngineTarget("/models/none", []), autostart=False)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the daemon did not start"
+        time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield ServedDaemon(f"http://127.0.0.1:{port}", app.state.daemon, loop)
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        loop.close()
+
+
+class SilentEngine:
+    """A stand-in for an engine that takes a request and never answers (a hang the read timeout must end)."""
+
+    def __init__(self) -> None:
+        self.requests_seen = 0
+        self.closed_by_peer = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.requests_seen += 1
+        while await reader.read(65536):
+            pass
+        self.closed_by_peer += 1
+        writer.close()
+
+    def start(self, served: ServedDaemon) -> str:
+        async def listen() -> str:
+            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+
+
+CHAT = {"model": "caovan-demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
+    with served_daemon(tmp_path, proxy={"read_timeout_s": 0.5}) as served:
+        engine = SilentEngine()
+        upstream = engine.start(served)
+        served.call(served.daemon.gate.open, upstream)
+        started = time.monotonic()
+        response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
+        waited = time.monotonic() - started
+        assert response.status_code == 502, response.text
+        error = response.json()["error"]
+        assert error["type"] == "engine_error" and "read timeout" in error["message"], error
+        assert 0.4 < waited < 10, waited
+        assert engine.requests_seen == 1
+        # The abandoned request's connection is closed (vLLM would abort it) and its place at the gate is free.
+        assert served.wait_for(lambda: engine.closed_by_peer == 1), "the engine connection was left open"
+        assert served.call(lambda: served.daemon.gate.in_flight) == 0
+        assert served.requests_counted("502") == 1
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
+    with served_daemon(tmp_path, proxy={"queue_size": 1, "queue_wait_s": 60}) as served:
+        gate = served.daemon.gate
+        served.call(gate.hold, "the engine is restarting (test)")
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
+        assert served.wait_for(lambda: gate.waiting == 0), "the request stayed queued after its client left"
+        assert served.requests_counted("499") == 1
+        # Its place is free: the queue holds one, and the next request waits in it instead of a 503 "queue full".
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
+        assert served.wait_for(lambda: gate.waiting == 0)
+        assert served.requests_counted("499") == 2 and served.requests_counted("503") == 0
