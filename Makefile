@@ -12,6 +12,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	./scripts/install-test-tools.sh
+	PYTHON=$(BIN)/python ./scripts/install-triton-matrix.sh
 	$(BIN)/caovan demo-model >/dev/null
 	$(BIN)/python -m pytest
 

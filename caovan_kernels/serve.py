@@ -21,7 +21,8 @@ Start vLLM's OpenAI-compatible server for MODEL (a directory or a model name) wi
 command first. Example:
   caovan-vllm-serve ./Qwen3.6-27B-AWQ --tensor-parallel-size 2 \\
       --additional-config '{"caovan":true,"caovan_mode":"auto","caovan_require_turbo3":true}'
-Environment: CAOVAN_PROFILE=0 skips the profile; CAOVAN_MODE, CAOVAN_REQUIRE_TURBO3 as in the plugin.
+Environment: CAOVAN_PROFILE=0 skips the profile; CAOVAN_MODE, CAOVAN_REQUIRE_TURBO3, CAOVAN_TURING_MMA as in the
+plugin.
 """
 
 
@@ -52,7 +53,8 @@ def inject_plugin_config(args: list[str], env: Mapping[str, str]) -> list[str]:
 
     given = _additional_config(args)
     settings = PluginSettings.from_env(env)
-    merged = {"caovan": settings.enabled, "caovan_mode": settings.mode, **given}
+    merged = {"caovan": settings.enabled, "caovan_mode": settings.mode, "caovan_turing_mma": settings.turing_mma,
+              **given}
     if settings.require_turbo3:
         merged.setdefault("caovan_require_turbo3", True)
     rest, skip = [], False
@@ -70,13 +72,16 @@ def plugin_env(args: list[str], env: Mapping[str, str]) -> dict[str, str]:
     """Environment the plugin needs from the very start of every engine process.
 
     Triton must be in interpreter mode before anything imports it for GDNCore to run on a CPU (caovan_mode=force
-    without a GPU), and an engine whose seam cannot be taken must know it is required before it loads."""
+    without a GPU), an engine whose seam cannot be taken must know it is required before it loads, and TensorCore75
+    must be settled before the first kernel compiles (vLLM hands --additional-config to the model only)."""
     from caovan_kernels.vllm.settings import PluginSettings
 
     settings = PluginSettings.from_env(env).with_additional_config(_additional_config(args))
     extra: dict[str, str] = {}
     if settings.require_turbo3:
         extra["CAOVAN_REQUIRE_TURBO3"] = "1"
+    if settings.turing_mma != env.get("CAOVAN_TURING_MMA", "auto").strip().lower():
+        extra["CAOVAN_TURING_MMA"] = settings.turing_mma
     if settings.enabled and settings.mode == "force":
         import torch
 

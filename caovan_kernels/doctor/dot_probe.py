@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
+BLOCK = 32
+
 
 @triton.jit
 def dot_probe(a, b, c, BLOCK: tl.constexpr):
@@ -17,11 +19,14 @@ def dot_probe(a, b, c, BLOCK: tl.constexpr):
     tl.store(c + tile, tl.dot(tl.load(a + tile), tl.load(b + tile)))
 
 
-def ptx_for(sm: int) -> str:
-    source = triton.compiler.ASTSource(
+def probe_source() -> triton.compiler.ASTSource:
+    return triton.compiler.ASTSource(
         fn=dot_probe, signature={"a": "*fp16", "b": "*fp16", "c": "*fp32", "BLOCK": "constexpr"},
-        constexprs={"BLOCK": 32})
-    return triton.compile(source, target=GPUTarget("cuda", sm, 32)).asm["ptx"]
+        constexprs={"BLOCK": BLOCK})
+
+
+def ptx_for(sm: int) -> str:
+    return triton.compile(probe_source(), target=GPUTarget("cuda", sm, 32)).asm["ptx"]
 
 
 if __name__ == "__main__":

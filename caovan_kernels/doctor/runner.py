@@ -14,6 +14,7 @@ from .platform_checks import check_gpus, check_python, check_torch
 from .plugin_copy import check_plugin_copy
 from .profile_checks import check_profile
 from .report import Check, Report, Status
+from .tensorcore75_checks import check_tensorcore75
 from .triton_checks import check_ptxas, check_tensor_cores, check_triton_version
 from .vllm_checks import check_gdn_seams, check_gdn_selftest, check_vllm
 
@@ -30,6 +31,7 @@ CHECKS: dict[str, Callable[[DoctorContext], list[Check]]] = {
     "gpus": lambda ctx: check_gpus(ctx.inventory),
     "triton": lambda ctx: check_triton_version() + check_tensor_cores(ctx.inventory),
     "ptxas": lambda ctx: check_ptxas(),
+    "tensorcore75": lambda ctx: check_tensorcore75(ctx.inventory),
     "vllm": lambda ctx: check_vllm(),
     "gdn-seams": lambda ctx: check_gdn_seams(),
     "gdn-selftest": lambda ctx: check_gdn_selftest(ctx.inventory),

@@ -72,9 +72,9 @@ def check_tensor_cores(inventory: Inventory) -> list[Check]:
         elif sm == 75 and _version_tuple(triton.__version__) >= (3, 4):
             checks.append(Check("triton", name, Status.WARN,
                                 f"tl.dot lowers to FMA on sm_75 (no mma) with Triton 3.4+ (found "
-                                f"{triton.__version__}): matrix products run on CUDA cores",
-                                f"nothing to do to run; tensor cores on sm_75 need Triton <= "
-                                f"{LAST_MMA_TRITON_FOR_SM75}, which current vLLM does not support"))
+                                f"{triton.__version__}): without TensorCore75 matrix products run on CUDA cores",
+                                "TensorCore75 puts fp16 dots back on tensor cores (its checks below); the last "
+                                f"Triton to do it itself was {LAST_MMA_TRITON_FOR_SM75}"))
         else:
             checks.append(Check("triton", name, Status.WARN, f"Triton {triton.__version__} emits no mma for "
                                 f"sm_{sm}: tl.dot runs on CUDA cores", "use the Triton release your vLLM pins"))

@@ -28,10 +28,17 @@ def interpreting() -> bool:
 
 @functools.lru_cache(maxsize=None)
 def dot_precision(device_type: str, device_index: int | None) -> str:
-    """tf32 where tensor cores take it (sm_80+); plain fp32 FMA otherwise (sm_75 and the CPU interpreter)."""
+    """tf32 where tensor cores take it (sm_80+); plain fp32 FMA otherwise (sm_75 and the CPU interpreter).
+
+    Follows Triton's compile target, not the device: on the Turing proxy (TRITON_OVERRIDE_ARCH=sm75) the kernels
+    take their sm_75 configuration, as on a 2080 Ti."""
     if device_type != "cuda" or interpreting():
         return "ieee"
-    major, _ = torch.cuda.get_device_capability(device_index)
+    override = os.environ.get("TRITON_OVERRIDE_ARCH", "")
+    if override.startswith("sm"):
+        major = int(override[2:]) // 10
+    else:
+        major, _ = torch.cuda.get_device_capability(device_index)
     return "tf32" if major >= 8 else "ieee"
 
 

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from caovan_kernels.gdn._common import CHUNK, SUB, check_heads, head_block, interpreting, precision_for, token_major
 from caovan_kernels.gdn.l2norm import l2norm_scale
+from caovan_kernels.tensorcore75.eligibility import keep_triton_lowering
 
 # State I/O modes of kernel 2 (runtime ints: one compiled kernel serves all of them).
 STATE_NONE, STATE_PER_SEQUENCE, STATE_CACHE_SLOTS = 0, 1, 2
@@ -367,6 +368,11 @@ def _chunk_state_output_kernel(
                 mask = (rk < dim_k)[:, None] & vm[None, :]
                 S = tl.load(scratch + kb * BV + scratch_off)
                 tl.store(ht_base + _state_offsets(rk, rv, dim_k, dim_v, V_FIRST), S.to(ht_ptr.dtype.element_ty), mask=mask)
+
+
+# Its sm_75 configuration is sized for FMA dots (state in fp32 scratch slices); with TensorCore75's MMA layouts that
+# configuration spills registers on sm_75 (8 bytes, ptxas -v), so it keeps Triton's own lowering there.
+keep_triton_lowering("_chunk_state_output_kernel", "sized_for_fma")
 
 
 def kernel2_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int, int]:

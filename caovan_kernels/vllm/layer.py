@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from vllm.utils.torch_utils import LayerNameType  # the op schema's layer-name type differs across vLLM builds
 
+from caovan_kernels import tensorcore75
+
 from . import activity
 from .gdn_core import run_gdn_core
 from .markers import emit_once, log
@@ -87,6 +89,9 @@ def make_layer_class(base: type, cpu_path: bool) -> type:
 
             vllm_config = get_current_vllm_config()
             settings = PluginSettings.from_env().with_additional_config(vllm_config.additional_config)
+            # The plugin settled TensorCore75 from the environment; a caovan_turing_mma given only in
+            # --additional-config (plain `vllm serve`) is seen here first, before the model's kernels compile.
+            tensorcore75.process().activate(settings.turing_mma)
             on_cuda = current_platform.is_cuda()
             active, reason = _decide(settings, on_cuda)
             if active and not on_cuda and not cpu_path:

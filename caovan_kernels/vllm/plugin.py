@@ -9,7 +9,8 @@ _registered = False
 
 
 def register() -> None:
-    """Print the banner and, when the GDN seam exists, put our GDN layer class in vLLM's place.
+    """Print the banner, settle TensorCore75 (and the Turing proxy) for this process and, when the GDN seam exists,
+    put our GDN layer class in vLLM's place.
 
     Whether GDNCore then runs is decided per layer when vLLM builds the model (the launch's --additional-config is
     readable only there); a vLLM without a GDN layer loads this without effect."""
@@ -17,10 +18,12 @@ def register() -> None:
     emit_once(BANNER)
     if _registered:
         return
+    _registered = True
     settings = PluginSettings.from_env()
     if not settings.enabled:
         log("[Caovan GDNCore] plugin disabled by CAOVAN_ENABLE=0: stock vLLM")
         return
+    _turing_code_path(settings)
     from .layer import announce_seam, make_layer_class
     from .seams import check_seams, select_seam
 
@@ -37,4 +40,14 @@ def register() -> None:
     seam, base = selected
     base.register_oot(make_layer_class(base, seam.cpu_path), name=base.__name__)
     announce_seam(seam.name)
-    _registered = True
+
+
+def _turing_code_path(settings: PluginSettings) -> None:
+    """The Turing proxy (when CAOVAN_TURING_PROXY asks for it) and TensorCore75, before any kernel compiles."""
+    from caovan_kernels import tensorcore75
+    from caovan_kernels.turing import proxy
+
+    line = proxy.enable_from_env()
+    if line:
+        log(line)
+    tensorcore75.process().activate(settings.turing_mma)

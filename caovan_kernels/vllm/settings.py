@@ -22,6 +22,8 @@ class PluginSettings:
     enabled: bool = True
     mode: str = "auto"
     require_turbo3: bool = False
+    # TensorCore75 (caovan_kernels/tensorcore75): auto, off or force.
+    turing_mma: str = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
@@ -30,8 +32,9 @@ class PluginSettings:
             enabled=env.get("CAOVAN_ENABLE", "1").strip().lower() in _TRUE,
             mode=env.get("CAOVAN_MODE", "auto").strip().lower(),
             require_turbo3=env.get("CAOVAN_REQUIRE_TURBO3", "0").strip().lower() in _TRUE,
+            turing_mma=env.get("CAOVAN_TURING_MMA", "auto").strip().lower(),
         )
-        return settings.validated("environment variable CAOVAN_MODE")
+        return settings.validated("environment variable CAOVAN_MODE", "environment variable CAOVAN_TURING_MMA")
 
     def with_additional_config(self, extra: Mapping[str, Any] | None) -> PluginSettings:
         """Keys of --additional-config win over the environment: they are the per-launch choice."""
@@ -44,9 +47,14 @@ class PluginSettings:
             updated = replace(updated, mode=str(extra["caovan_mode"]).strip().lower())
         if "caovan_require_turbo3" in extra:
             updated = replace(updated, require_turbo3=bool(extra["caovan_require_turbo3"]))
-        return updated.validated('--additional-config key "caovan_mode"')
+        if "caovan_turing_mma" in extra:
+            updated = replace(updated, turing_mma=str(extra["caovan_turing_mma"]).strip().lower())
+        return updated.validated('--additional-config key "caovan_mode"', '--additional-config key "caovan_turing_mma"')
 
-    def validated(self, where: str) -> PluginSettings:
+    def validated(self, where: str, turing_mma_where: str) -> PluginSettings:
+        from caovan_kernels.tensorcore75 import validate_mode
+
+        validate_mode(self.turing_mma, turing_mma_where)
         if self.mode not in MODES:
             raise PluginConfigError(
                 f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(MODES)} "

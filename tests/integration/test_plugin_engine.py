@@ -60,6 +60,8 @@ def test_stock_engine_reports_without_taking_over(engine):
     assert "caovan_mode=auto" in log
     assert "[Caovan GDNCore] kernels not used" in log
     assert REAL_PREFILL not in log and DISPATCH not in log
+    # TensorCore75 settles in every engine process and says why it stays off on a CPU
+    assert "[Caovan TensorCore75] off triton=3.6.0 mode=auto: no sm_75 compile target: no NVIDIA GPU" in log
 
 
 def test_required_turbo3_where_it_cannot_run_refuses_to_start(demo_model_dir, tmp_path):

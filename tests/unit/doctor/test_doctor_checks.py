@@ -21,8 +21,8 @@ def _named(report: Report) -> dict[str, Check]:
 
 def test_every_check_has_a_status_and_a_fix_where_needed(report):
     groups = {c.group for c in report.checks}
-    assert groups == {"python", "torch", "gpus", "triton", "ptxas", "vllm", "gdn-seams", "gdn-selftest", "profile",
-                      "cache-dirs", "flashqla-env", "plugin-copy"}
+    assert groups == {"python", "torch", "gpus", "triton", "ptxas", "tensorcore75", "vllm", "gdn-seams", "gdn-selftest",
+                      "profile", "cache-dirs", "flashqla-env", "plugin-copy"}
     for c in report.checks:
         assert c.detail
         assert c.fix or c.status is Status.PASS, c
@@ -38,6 +38,25 @@ def test_triton_on_sm75_really_compiles_to_fma(report):
     check = _named(report)["tl.dot on sm_75 (Caovan's target; no GPU here)"]
     assert check.status is Status.WARN
     assert check.detail.startswith("tl.dot lowers to FMA on sm_75 (no mma) with Triton 3.4+")
+
+
+def test_tensorcore75_compiles_the_probe_to_turing_mma_here(report):
+    check = _named(report)["TensorCore75 on the sm_75 compile path"]
+    assert check.status is Status.PASS
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32, accepted by ptxas for sm_75" in check.detail
+    assert _named(report)["TensorCore75 probe on the GPU"].status is Status.SKIP  # compiled, not run: no GPU
+
+
+def test_tensorcore75_off_on_a_turing_box_warns_with_the_way_back(monkeypatch):
+    from caovan_kernels.doctor.tensorcore75_checks import check_mode
+
+    turing = parse_inventory("2x RTX 2080 Ti 22GB")
+    assert check_mode(turing).status is Status.PASS
+    monkeypatch.setenv("CAOVAN_TURING_MMA", "off")
+    warned = check_mode(turing)
+    assert warned.status is Status.WARN and "TensorCore75 is off" in warned.detail
+    assert "caovan_turing_mma=auto" in warned.fix
+    assert check_mode(parse_inventory("1x A100 80GB")).status is Status.PASS  # nothing to fix off Turing
 
 
 def test_triton_on_sm80_emits_mma():

@@ -65,9 +65,11 @@ def test_plugin_config_is_made_explicit_and_user_keys_win():
 
     args = inject_plugin_config(["--dtype", "half"], {"CAOVAN_REQUIRE_TURBO3": "1"})
     assert args[:2] == ["--dtype", "half"] and args[2] == "--additional-config"
-    assert json.loads(args[3]) == {"caovan": True, "caovan_mode": "auto", "caovan_require_turbo3": True}
+    assert json.loads(args[3]) == {"caovan": True, "caovan_mode": "auto", "caovan_turing_mma": "auto",
+                                   "caovan_require_turbo3": True}
     user = json.dumps({"caovan_mode": "force", "gdn_prefill_backend": "triton"})
     for given in (["--additional-config", user], [f"--additional-config={user}"]):
         merged = inject_plugin_config([*given, "--port", "1"], {})
         assert merged[:2] == ["--port", "1"] and merged.count("--additional-config") == 1
-        assert json.loads(merged[-1]) == {"caovan": True, "caovan_mode": "force", "gdn_prefill_backend": "triton"}
+        assert json.loads(merged[-1]) == {"caovan": True, "caovan_mode": "force", "caovan_turing_mma": "auto",
+                                          "gdn_prefill_backend": "triton"}

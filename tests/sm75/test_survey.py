@@ -1,0 +1,80 @@
+"""The real Triton kernels of the installed vLLM (unified attention, fla GDN) and Caovan's, compiled for sm_75 the
+way a 2080 Ti launches them, with TensorCore75 on (caovan_kernels/tensorcore75/survey.py): which got mma and which
+kept Triton's lowering and why, shared memory and spills from ptxas -v for sm_75. The table is printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from caovan_kernels.tensorcore75.survey import SM75_SHARED, Compiled, summary, table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _survey(tmp: Path, groups: str, mode: str) -> list[Compiled]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = tmp / f"{groups}-{mode}.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "caovan_kernels.tensorcore75.survey", "--only", groups, "--mode", mode, "--json", str(out)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, f"survey {groups} {mode} failed:\n{done.stderr[-4000:]}"
+    return [Compiled(**r) for r in json.loads(out.read_text())]
+
+
+@pytest.fixture(scope="module")
+def surveyed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Compiled]]:
+    tmp = tmp_path_factory.mktemp("survey")
+    runs = {"mma": _survey(tmp, "attention,gdn,caovan", "force"), "fma": _survey(tmp, "attention,caovan", "off")}
+    print("\nWith TensorCore75 (sm_75, 2080 Ti launch limits):\n" + table(summary(runs["mma"])))
+    print("\nTriton's own sm_75 lowering (attention, GDNCore):\n" + table(summary(runs["fma"])))
+    return runs
+
+
+def test_no_retarget_fell_back_and_ptx_matches_each_decision(surveyed) -> None:
+    records = surveyed["mma"]
+    assert not [r for r in records if r.decision == "kept:fallback"]
+    assert all(r.turing_mma_in_ptx for r in records if r.retargeted)
+    assert not any(r.turing_mma_in_ptx for r in records if not r.retargeted)
+
+
+def test_what_gets_tensor_cores(surveyed) -> None:
+    decided = defaultdict(set)
+    for r in surveyed["mma"]:
+        decided[r.kernel].add(r.decision)
+    # fp16 dots throughout: vLLM's attention and the fla GDN prefill's matmul kernels
+    for kernel in ("kernel_unified_attention", "chunk_scaled_dot_kkt_fwd_kernel", "recompute_w_u_fwd_kernel",
+                   "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o"):
+        assert decided[kernel] == {"mma:fp16"}, kernel
+    # fla's 16x16 triangular inverse and GDNCore's WY kernel multiply fp32; GDNCore's state/output kernel is sized
+    # for FMA on sm_75 and exempt
+    for kernel in ("merge_16x16_to_64x64_inverse_kernel", "_chunk_wy_kernel"):
+        assert decided[kernel] == {"kept:fp32_dot"}, kernel
+    assert decided["_chunk_state_output_kernel"] == {"kept:sized_for_fma"}
+    for kernel in ("reduce_segments", "chunk_local_cumsum_scalar_kernel", "fused_sigmoid_gating_delta_rule_update_kernel",
+                   "_recurrent_kernel"):
+        assert decided[kernel] == {"kept:no_dot"}, kernel
+
+
+def test_retargeted_kernels_fit_turing_and_spill_no_more_than_fma(surveyed) -> None:
+    retargeted = [r for r in surveyed["mma"] if r.retargeted]
+    assert all(r.shared_bytes <= SM75_SHARED for r in retargeted)
+    fma = {(r.group, r.kernel): r for r in surveyed["fma"]}
+    for r in retargeted:
+        if (r.group, r.kernel) in fma:
+            assert r.spill_bytes <= fma[r.group, r.kernel].spill_bytes, (r, fma[r.group, r.kernel])
+
+
+def test_every_kernel_has_a_launchable_configuration(surveyed) -> None:
+    """Autotuners skip configurations that do not fit; each kernel needs one that does (64 KB, no spills)."""
+    by_kernel = defaultdict(list)
+    for r in surveyed["mma"]:
+        by_kernel[r.kernel].append(r)
+    assert [k for k, rs in by_kernel.items() if not any(r.fits for r in rs)] == []
