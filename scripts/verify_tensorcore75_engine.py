@@ -58,7 +58,9 @@ def start(name: str, model: Path, out_dir: Path) -> None:
     config = {"caovan": True, "caovan_mode": "off", "caovan_turing_mma": "auto" if name == "on" else "off",
               "gdn_prefill_backend": "triton"}
     port = free_port()
-    args = [*embedded.engine_args(), *ENGINE_ARGS, "--additional-config", json.dumps(config)]
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": embedded.MTP_TOKENS})
+    args = ["--served-model-name", embedded.SERVED_MODEL_NAME, "--speculative-config", spec,
+            "--no-enable-prefix-caching", *ENGINE_ARGS, "--additional-config", json.dumps(config)]
     command = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
                "--port", str(port), *args]
     cache = out_dir / f"triton-cache-{name}"
