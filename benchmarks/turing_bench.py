@@ -26,7 +26,7 @@ ATTENTION_TOKENS = (2048, 8192, 32768)
 GDN_LENS = {"1x8192": [8192], "1x32768": [32768], "4x8192": [8192] * 4}
 
 
-def _cases(quick: bool) -> dict[str, object]:
+def _cases(quick: bool, only: str) -> dict[str, object]:
     import torch
 
     from caovan_kernels import gdn
@@ -34,11 +34,11 @@ def _cases(quick: bool) -> dict[str, object]:
 
     gen = torch.Generator().manual_seed(0)
     cases: dict[str, object] = {}
-    for n in ATTENTION_TOKENS[:2] if quick else ATTENTION_TOKENS:
+    for n in () if only == "gdn" else ATTENTION_TOKENS[:2] if quick else ATTENTION_TOKENS:
         case = vk.AttentionCase(f"{n}", (n,), (0,), 256, block_size=vk.QWEN36_TP2_BLOCK)
         inputs = vk.attention_inputs(case, "cuda", gen)
         cases[f"attention prefill {n // 1024}k"] = lambda inputs=inputs: vk.run_unified_attention(inputs)
-    for name, lens in list(GDN_LENS.items())[:1] if quick else GDN_LENS.items():
+    for name, lens in () if only == "attention" else list(GDN_LENS.items())[:1] if quick else GDN_LENS.items():
         p = vk.gdn_prefill_inputs(lens, "cuda", gen)
         h0_kv = p.h0.transpose(-1, -2).contiguous()
         cu32 = p.cu_seqlens.to(torch.int32)
@@ -48,7 +48,7 @@ def _cases(quick: bool) -> dict[str, object]:
     return cases
 
 
-def _child(path: str, quick: bool, out: Path) -> None:
+def _child(path: str, quick: bool, only: str, out: Path) -> None:
     from gdn_bench import gpu_time_us
 
     from caovan_kernels import tensorcore75
@@ -56,7 +56,7 @@ def _child(path: str, quick: bool, out: Path) -> None:
 
     described = paths.enter(path)
     times = {}
-    for name, fn in _cases(quick).items():
+    for name, fn in _cases(quick, only).items():
         fn()  # compile and autotune outside the timing
         times[name] = gpu_time_us(fn, calls_per_graph=2, replays=5) / 1000.0
         print(f"  [{path}] {name}: {times[name]:.3f} ms", file=sys.stderr, flush=True)
@@ -76,9 +76,10 @@ def main() -> int:
     parser.add_argument("--path", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="2k/8k attention and 1x8k GDN only")
+    parser.add_argument("--only", choices=("all", "attention", "gdn"), default="all")
     opts = parser.parse_args()
     if opts.path:
-        _child(opts.path, opts.quick, opts.out)
+        _child(opts.path, opts.quick, opts.only, opts.out)
         return 0
     import tempfile
 
@@ -88,7 +89,7 @@ def main() -> int:
     from caovan_kernels.turing import paths
 
     tmp = Path(tempfile.mkdtemp(prefix="turing-bench-"))
-    extra = ["--quick"] if opts.quick else []
+    extra = (["--quick"] if opts.quick else []) + ["--only", opts.only]
     runs = {p: paths.run_child(Path(__file__), p, extra, tmp / f"{p}.json", 1800) for p in paths.PATHS}
     try:
         import vllm

@@ -24,7 +24,8 @@ from typing import Any
 from .device_view import RTX_2080_TI, DeviceView, present_to_torch
 
 ENV = "CAOVAN_TURING_PROXY"
-_VALUES = {"1": True, "true": True, "view": True, "arch": False}
+# value -> (Triton sees the view's launch limits, torch sees its name and capability)
+_VALUES = {"1": (True, True), "true": (True, True), "view": (True, True), "triton": (True, False), "arch": (False, False)}
 
 
 class ProxyConfigError(ValueError):
@@ -58,8 +59,10 @@ class _RealTargetDriver:
         setattr(self._real(), name, value)
 
 
-def enable(view: DeviceView | None = RTX_2080_TI) -> Callable[[], None]:
-    """Run this process's Triton kernels on the sm_75 code path; `view=None` leaves the device as it is."""
+def enable(view: DeviceView | None = RTX_2080_TI, torch_view: bool = True) -> Callable[[], None]:
+    """Run this process's Triton kernels on the sm_75 code path; `view=None` leaves the device as it is, and
+    `torch_view=False` keeps torch's answers real (torch.compile builds its kernels for the device torch names, so
+    an engine with compiled parts needs that)."""
     import torch
     from triton.runtime import driver
 
@@ -68,7 +71,7 @@ def enable(view: DeviceView | None = RTX_2080_TI) -> Callable[[], None]:
     # read without creating one (creating needs a GPU): `_active` from Triton 3.5, `active` before
     previous_driver = vars(driver).get("_active", vars(driver).get("active"))
     driver.set_active(_RealTargetDriver(torch.cuda.get_device_capability, view))
-    undo_view = present_to_torch(view) if view is not None else (lambda: None)
+    undo_view = present_to_torch(view) if view is not None and torch_view else (lambda: None)
 
     def disable() -> None:
         undo_view()
@@ -81,22 +84,25 @@ def enable(view: DeviceView | None = RTX_2080_TI) -> Callable[[], None]:
     return disable
 
 
-def requested(env: dict[str, str] | None = None) -> bool | None:
-    """From CAOVAN_TURING_PROXY: None (unset: no proxy), True (with the device view), False (compile path only)."""
+def requested(env: dict[str, str] | None = None) -> tuple[bool, bool] | None:
+    """From CAOVAN_TURING_PROXY: None (unset: no proxy), else (Triton sees the view, torch sees the view)."""
     value = (os.environ if env is None else env).get(ENV, "").strip().lower()
     if value in ("", "0", "false", "off"):
         return None
     if value not in _VALUES:
-        raise ProxyConfigError(f"Caovan: {ENV}={value!r}; use 1 (sm_75 code path with a 2080 Ti device view), arch "
+        raise ProxyConfigError(f"Caovan: {ENV}={value!r}; use 1 (sm_75 code path with a 2080 Ti device view), "
+                               "triton (the view for Triton's launch limits only: engines with torch.compile), arch "
                                "(sm_75 code path, real device view) or 0")
     return _VALUES[value]
 
 
 def enable_from_env() -> str | None:
     """Enable as CAOVAN_TURING_PROXY asks; returns the log line to print, or None when it is unset."""
-    with_view = requested()
-    if with_view is None:
+    asked = requested()
+    if asked is None:
         return None
-    enable(RTX_2080_TI if with_view else None)
-    view = f"device view {RTX_2080_TI.name}" if with_view else "real device view"
+    triton_view, torch_view = asked
+    enable(RTX_2080_TI if triton_view else None, torch_view)
+    view = (f"device view {RTX_2080_TI.name}" + ("" if torch_view else " for Triton's launch limits only")
+            if triton_view else "real device view")
     return f"[Caovan Turing proxy] sm_75 code path on this GPU (TRITON_OVERRIDE_ARCH=sm75, {view})"

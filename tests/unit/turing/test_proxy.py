@@ -38,11 +38,12 @@ def test_the_view_reports_turing_launch_limits():
     assert props["max_num_regs"] == 65536  # what the view does not change stays the real device's
 
 
-@pytest.mark.parametrize(("value", "expected"), [("", None), ("0", None), ("1", True), ("view", True), ("arch", False)])
+@pytest.mark.parametrize(("value", "expected"), [("", None), ("0", None), ("1", (True, True)), ("view", (True, True)),
+                                               ("triton", (True, False)), ("arch", (False, False))])
 def test_environment_switch(value, expected):
-    assert proxy.requested({proxy.ENV: value}) is expected
+    assert proxy.requested({proxy.ENV: value}) == expected
 
 
 def test_unknown_environment_value_is_a_clear_error():
-    with pytest.raises(proxy.ProxyConfigError, match="use 1 .* arch .* or 0"):
+    with pytest.raises(proxy.ProxyConfigError, match="use 1 .* triton .* arch .* or 0"):
         proxy.requested({proxy.ENV: "yes please"})
