@@ -18,6 +18,15 @@ from caovan_manager.demo import build
 from tests.support.engine import Engine, start_engine, stop_engine
 
 
+@pytest.fixture
+def gen(request: pytest.FixtureRequest) -> torch.Generator:
+    """A CPU generator with a fresh seed per test (inputs are drawn on the CPU, then moved): the seed is printed
+    (shown on failure) and CAOVAN_TEST_SEED replays it."""
+    seed = int(os.environ.get("CAOVAN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
+    print(f"\n[{request.node.name}] seed={seed} (replay: CAOVAN_TEST_SEED={seed})")
+    return torch.Generator().manual_seed(seed)
+
+
 @pytest.fixture(scope="session")
 def demo_model_dir() -> Path:
     """The trained demo model (built once, then taken from the content-hashed cache)."""

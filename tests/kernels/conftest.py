@@ -19,11 +19,3 @@ assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "
 @pytest.fixture
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-@pytest.fixture
-def gen(request: pytest.FixtureRequest) -> torch.Generator:
-    """A CPU generator with a fresh seed per test (inputs are drawn on the CPU, then moved)."""
-    seed = int(os.environ.get("CAOVAN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
-    print(f"\n[{request.node.name}] seed={seed} (replay: CAOVAN_TEST_SEED={seed})")
-    return torch.Generator().manual_seed(seed)
