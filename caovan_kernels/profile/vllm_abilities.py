@@ -82,8 +82,9 @@ def _first_module(names: tuple[str, ...]):
     return None
 
 
-def _build_parser():
-    """`vllm serve`'s parser when it can be built; else the engine arguments alone (still no engine started)."""
+def build_parser():
+    """(`vllm serve`'s parser, True) when it can be built; else (the engine arguments' parser, False). Either
+    parses an argument list into the namespace EngineArgs.from_cli_args reads; no engine is started."""
     parser_module = _first_module(_PARSER_CLASS_MODULES)
     parser_cls = getattr(parser_module, "FlexibleArgumentParser", None)
     if parser_cls is None:
@@ -138,7 +139,7 @@ def detect_vllm() -> VllmAbilities:
                              "no vLLM to inspect")
     fallback = from_version_table(version, "parser not inspectable")
     try:
-        parser, serve_parser = _build_parser()
+        parser, serve_parser = build_parser()
         options = {o: (_canonical(a), a.nargs != 0) for a in parser._actions for o in a.option_strings}
         deprecated = frozenset(o for a in parser._actions if _is_deprecated(a, parser) for o in a.option_strings)
         source = f"{'vllm serve' if serve_parser else 'EngineArgs'} parser of the installed vLLM {version}"

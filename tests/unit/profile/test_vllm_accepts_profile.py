@@ -8,12 +8,14 @@ machine with CUDA vLLM."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
 from profile_cases import TWO_2080TI
 
 from caovan_kernels.profile import build_profile
+from caovan_kernels.profile.vllm_abilities import build_parser
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +28,11 @@ def profile(installed_vllm):
 @pytest.fixture(scope="module")
 def engine_args(profile):
     from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    # `vllm serve MODEL ARGS`: the model is the positional model_tag there; EngineArgs reads it as --model.
-    parser = make_arg_parser(FlexibleArgumentParser())
+    # The parser the profile inspected (`vllm serve`'s where it can be built, as in vLLM 0.21 to 0.33).
+    # `vllm serve MODEL ARGS` takes the model as its positional model_tag; EngineArgs reads it as --model.
+    parser, serve = build_parser()
+    assert serve, "the vllm serve parser could not be built; the profile's flag hygiene would be blind"
     namespace = parser.parse_args(["--model", profile.model, *profile.args])
     return AsyncEngineArgs.from_cli_args(namespace)
 
@@ -94,10 +96,25 @@ def test_vllms_model_level_checks_that_need_no_model_class(profile, engine_args)
     skip = quant.modules_to_not_convert
     fused = {"in_proj_ba": ["in_proj_b", "in_proj_a"], "in_proj_qkvz": ["in_proj_qkv", "in_proj_z"]}
     prefix = "language_model.model.layers.0.linear_attn."
-    assert is_layer_skipped(prefix + "in_proj_ba", skip, fused, match_mode="substring")
-    assert not is_layer_skipped(prefix + "in_proj_qkvz", skip, fused, match_mode="substring")
+    # AWQ matches modules_to_not_convert as substrings; vLLM 0.21 spells that skip_with_substr=True.
+    by_substring = ({"match_mode": "substring"} if "match_mode" in inspect.signature(is_layer_skipped).parameters
+                    else {"skip_with_substr": True})
+    assert is_layer_skipped(prefix + "in_proj_ba", skip, fused, **by_substring)
+    assert not is_layer_skipped(prefix + "in_proj_qkvz", skip, fused, **by_substring)
     # Tensor parallelism: every split of the profile's TP is whole (vLLM divides heads and AWQ groups by it).
     tp = engine_args.tensor_parallel_size
     assert text.num_attention_heads % tp == 0 and text.num_key_value_heads % tp == 0
     assert text.linear_num_key_heads % tp == 0 and text.linear_num_value_heads % tp == 0
     assert (text.intermediate_size // tp) % quant.group_size == 0
+
+
+@pytest.mark.gpu
+def test_vllm_builds_the_whole_engine_config(engine_args):
+    """Where vLLM can inspect the model class (CUDA vLLM with its torchvision): the whole VllmConfig, MTP included."""
+    pytest.importorskip("vllm.model_executor.models.qwen3_5",
+                        reason="vLLM's Qwen3.5 model file needs torchvision, which vLLM's CPU build cannot use here")
+    config = engine_args.create_engine_config()
+    assert config.parallel_config.tensor_parallel_size == engine_args.tensor_parallel_size
+    assert config.speculative_config.num_speculative_tokens == 3
+    assert config.speculative_config.draft_model_config.architectures == ["Qwen3_5MTP"]
+    assert config.model_config.max_model_len == engine_args.max_model_len
