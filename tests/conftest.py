@@ -34,6 +34,18 @@ def demo_model_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def qwen3_5_model_dir() -> Path:
+    """The trained demo model in Qwen3.6-27B's architecture, bf16 (built once, then cached like the default)."""
+    return build(name="qwen3_5")
+
+
+@pytest.fixture(scope="session")
+def qwen3_5_awq_dir(qwen3_5_model_dir: Path) -> Path:
+    """That model converted to AWQ int4 (AutoAWQ GEMM format)."""
+    return build(name="qwen3_5-awq")
+
+
+@pytest.fixture(scope="session")
 def engine(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """One real vLLM CPU engine on the demo model with MTP=3, shared by the whole session."""
     log_path = tmp_path_factory.mktemp("engine") / "engine.log"

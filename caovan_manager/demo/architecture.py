@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+from transformers import PreTrainedConfig, Qwen3NextConfig, Qwen3NextForCausalLM
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDecoderLayer, Qwen3NextRMSNorm
 
 # Same family as Qwen3.6 (3 GDN layers then 1 attention layer; grouped value heads), scaled down so that training
@@ -55,15 +55,17 @@ class MtpHead(nn.Module):
     of position t, project the pair back to the hidden size, one full-attention decoder layer, final norm. Its
     output is both the input to the LM head and the hidden state fed to the next draft step."""
 
-    def __init__(self, config: Qwen3NextConfig):
+    def __init__(self, config: PreTrainedConfig, norm: type[nn.Module] = Qwen3NextRMSNorm,
+                 layer: type[nn.Module] = Qwen3NextDecoderLayer):
         super().__init__()
+        # Qwen3.5's MTP block is the same with its own norm and decoder-layer classes.
         # A decoder layer picks its mixer from layer_types[idx]: index a full-attention slot.
         attn_idx = config.layer_types.index("full_attention")
-        self.pre_fc_norm_embedding = Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
-        self.pre_fc_norm_hidden = Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.pre_fc_norm_embedding = norm(config.hidden_size, eps=config.rms_norm_eps)
+        self.pre_fc_norm_hidden = norm(config.hidden_size, eps=config.rms_norm_eps)
         self.fc = nn.Linear(2 * config.hidden_size, config.hidden_size, bias=False)
-        self.layer = Qwen3NextDecoderLayer(config, attn_idx)
-        self.norm = Qwen3NextRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.layer = layer(config, attn_idx)
+        self.norm = norm(config.hidden_size, eps=config.rms_norm_eps)
 
     def forward(
         self,

@@ -27,14 +27,18 @@ def _split_experts(name: str, tensor: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: tensor}
 
 
+def mtp_checkpoint_name(name: str) -> str:
+    """An MtpHead parameter's checkpoint name: vLLM's MTP models load `mtp.layers.<i>.*` and `mtp.<norm|fc>.*`."""
+    return "mtp." + (name.replace("layer.", "layers.0.", 1) if name.startswith("layer.") else name)
+
+
 def checkpoint_tensors(model: Qwen3NextForCausalLM, mtp: MtpHead) -> dict[str, torch.Tensor]:
     """All weights under their checkpoint names: the main model's, and the MTP head's under `mtp.`."""
     out: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
         out.update(_split_experts(name, tensor))
     for name, tensor in mtp.state_dict().items():
-        name = "mtp." + name.replace("layer.", "layers.0.", 1) if name.startswith("layer.") else "mtp." + name
-        out.update(_split_experts(name, tensor))
+        out.update(_split_experts(mtp_checkpoint_name(name), tensor))
     return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sorted(out.items())}
 
 
