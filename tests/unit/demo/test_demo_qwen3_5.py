@@ -206,3 +206,14 @@ def test_cli_options_and_their_errors():
 
 def test_modules_left_unquantized_are_the_real_configs(real_config):
     assert list(qwen3_5_recipe.MODULES_TO_NOT_CONVERT) == real_config["quantization_config"]["modules_to_not_convert"]
+
+
+def test_image_processor_config_matches_the_vision_tower(qwen3_5_model_dir):
+    """vLLM builds the model's multimodal processor at start; its image side must agree with the vision tower.
+    (The video side, Qwen3VLVideoProcessor, needs torchvision, so it loads only where CUDA vLLM runs.)"""
+    from transformers import AutoImageProcessor
+
+    vision = _config(qwen3_5_model_dir)["vision_config"]
+    image = AutoImageProcessor.from_pretrained(str(qwen3_5_model_dir))
+    assert (image.patch_size, image.temporal_patch_size, image.merge_size) == (
+        vision["patch_size"], vision["temporal_patch_size"], vision["spatial_merge_size"])
