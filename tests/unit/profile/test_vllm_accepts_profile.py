@@ -12,7 +12,7 @@ import inspect
 import json
 
 import pytest
-from profile_cases import TWO_2080TI
+from profile_cases import QWEN36_AWQ, TWO_2080TI
 
 from caovan_kernels.profile import build_profile
 from caovan_kernels.profile.vllm_abilities import build_parser
@@ -20,8 +20,6 @@ from caovan_kernels.profile.vllm_abilities import build_parser
 
 @pytest.fixture(scope="module")
 def profile(installed_vllm):
-    from profile_cases import QWEN36_AWQ
-
     return build_profile(QWEN36_AWQ, [], TWO_2080TI, installed_vllm)
 
 
@@ -118,3 +116,22 @@ def test_vllm_builds_the_whole_engine_config(engine_args):
     assert config.speculative_config.num_speculative_tokens == 3
     assert config.speculative_config.draft_model_config.architectures == ["Qwen3_5MTP"]
     assert config.model_config.max_model_len == engine_args.max_model_len
+
+
+V021_FLAGS = QWEN36_AWQ.parent / "vllm_0_21_engine_flags.txt"
+PLANS = [("2x RTX 2080 Ti 22GB sm75", []), ("1x RTX 2080 Ti 22GB sm75", []), ("cpu", []),
+         ("1x H100 80GB sm90", ["--max-num-seqs", "64"]), ("2x RTX 3090 24GB sm86 nvlink", [])]
+
+
+@pytest.mark.parametrize("gpus, pinned", PLANS)
+def test_every_flag_the_profile_emits_exists_in_vllm_0_21(gpus, pinned):
+    """vLLM 0.21 is the oldest supported version: a flag it lacks would have to be translated or dropped."""
+    from caovan_kernels.profile import from_version_table
+
+    known = {line.strip() for line in V021_FLAGS.read_text().splitlines() if line.startswith("--")}
+    profile = build_profile(QWEN36_AWQ, pinned, gpus, from_version_table("0.21.0", "planning for vLLM 0.21"))
+    emitted = [a for a in profile.args[len(pinned):] if a.startswith("--")]
+    assert emitted
+    for flag in emitted:
+        base = "--" + flag[5:] if flag.startswith("--no-") else flag  # BooleanOptionalAction's negative form
+        assert base in known, f"vLLM 0.21 has no {base}"
