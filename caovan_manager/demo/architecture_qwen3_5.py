@@ -99,5 +99,5 @@ def build_models(config: Qwen3_5Config, seed: int) -> Qwen35Demo:
     text = Qwen3_5ForCausalLM(config.text_config)
     mtp = MtpHead(config.text_config, norm=Qwen3_5RMSNorm, layer=Qwen3_5DecoderLayer)
     mtp.apply(text._init_weights)
-    vision = Qwen3_5VisionModel._from_config(config.vision_config)
+    vision = Qwen3_5VisionModel(config.vision_config)
     return Qwen35Demo(config, text, mtp, vision)

@@ -50,7 +50,7 @@ class Variant:
     recipe: tuple  # the recipe's other numbers, hashed too
     make: Callable[[Path, Log, Path | None], dict]  # writes the checkpoint into a directory; returns its facts
     base: str | None = None  # a variant this one is made from (built first, passed to make)
-    minutes: str = "one to two minutes"
+    takes: str = "one to two minutes on 2 CPU cores"
 
 
 def _make_qwen3_next(out_dir: Path, log: Log, base: Path | None) -> dict:
@@ -73,7 +73,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             lambda out, log, base: qwen3_5_recipe.train_into(out, QWEN3_5_SETTINGS, *_SAMPLES)),
     Variant("qwen3_5-awq", (awq_format, awq_pack, awq_checkpoint, qwen3_5_recipe), None, (qwen3_5_recipe.GROUP_SIZE,),
             lambda out, log, base: qwen3_5_recipe.quantize_into(base, out, log), base="qwen3_5",
-            minutes="seconds, after the bf16 model"),
+            takes="seconds, from the cached bf16 model"),
 )}
 
 
@@ -139,7 +139,7 @@ def _build_into(out_dir: Path, log: Log, v: Variant, base: Path | None) -> Path:
         )
     started = time.monotonic()
     torch.set_num_threads(os.cpu_count() or 1)
-    log(f"Building the {v.name} demo model into {out_dir} ({v.minutes} on 2 CPU cores, once)")
+    log(f"Building the {v.name} demo model into {out_dir} ({v.takes}, once)")
     # Write next to the target and rename, so an interrupted build never leaves a half-written model behind.
     staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=out_dir.parent))
     try:

@@ -21,6 +21,10 @@ WEIGHTS = "model.safetensors"
 DTYPE = torch.bfloat16
 LM_HEAD = "lm_head"
 
+
+class DemoCheckpointError(ValueError):
+    """A directory does not hold a complete Qwen3.5 demo checkpoint; the message says what is missing."""
+
 # What vLLM's multimodal processor reads beside the tokenizer (Qwen3-VL's image and video processors); sized small,
 # so that vLLM's profiling with the largest dummy image stays cheap on a tiny model.
 _VISION_PROCESSING = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
@@ -85,7 +89,7 @@ def load(model_dir: Path) -> Qwen35Demo:
         own = {name: _name(prefix, name) for name in module.state_dict()}
         missing = [ckpt for ckpt in own.values() if ckpt not in tensors]
         if missing:
-            raise ValueError(f"{model_dir / WEIGHTS} lacks {missing[:3]} ({len(missing)} in all); rebuild it with "
+            raise DemoCheckpointError(f"{model_dir / WEIGHTS} lacks {missing[:3]} ({len(missing)} in all); rebuild it with "
                              "`caovan demo-model --arch qwen3_5`")
         module.load_state_dict({name: tensors[ckpt].float() for name, ckpt in own.items()})
     return demo
