@@ -35,9 +35,6 @@ class TuringMmaConfigError(PluginConfigError):
     """A caovan_turing_mma / CAOVAN_TURING_MMA value that is not a mode."""
 
 
-ENV = "CAOVAN_TURING_MMA"
-CONFIG_KEY = "caovan_turing_mma"
-
 
 def validate_mode(value: str, where: str) -> str:
     mode = value.strip().lower()
