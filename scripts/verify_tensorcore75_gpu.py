@@ -49,10 +49,9 @@ def _child(path: str, seed: int, out: Path) -> None:
         inputs = vk.attention_inputs(case, "cuda", torch.Generator().manual_seed(seed))
         results[f"attention {case.name}"] = vk.run_unified_attention(inputs).cpu()
     gen = torch.Generator().manual_seed(seed + 1)
-    if path != "fma" or os.environ.get("CAOVAN_PARITY_FMA_GDN", "1") == "1":
-        prefill = vk.gdn_prefill_inputs([1500, 613], "cuda", gen)
-        o, final = vk.run_gdn_prefill(prefill)
-        results["gdn prefill out"], results["gdn prefill state"] = o.cpu(), final.cpu()
+    prefill = vk.gdn_prefill_inputs([1500, 613], "cuda", gen)
+    o, final = vk.run_gdn_prefill(prefill)
+    results["gdn prefill out"], results["gdn prefill state"] = o.cpu(), final.cpu()
     for b, t in ((2, 1), (2, 4), (64, 4)):
         d = vk.gdn_decode_inputs(b, t, "cuda", torch.Generator().manual_seed(seed + 2 + t))
         o, cache = vk.run_gdn_decode(d)
@@ -131,14 +130,10 @@ def _gdn_errors(outs: dict[str, dict], seed: int) -> list[dict]:
     for key, ref in references.items():
         scale = ref.abs().max().item()
         row = {"case": key, "tolerance": GDN_REL}
-        ran = [path for path, out in outs.items() if key in out]
-        for path in ran:
-            row[path] = (outs[path][key].double() - ref).abs().max().item() / scale
-        if "fma" in ran:
-            row["mma_vs_fma"] = (outs["mma"][key].double() - outs["fma"][key].double()).abs().max().item() / scale
-        else:
-            row["fma"] = "not run (its FMA compile outlasts the session; CAOVAN_PARITY_FMA_GDN=0)"
-        row["ok"] = all(row[path] <= GDN_REL for path in ran)
+        for path, out in outs.items():
+            row[path] = (out[key].double() - ref).abs().max().item() / scale
+        row["mma_vs_fma"] = (outs["mma"][key].double() - outs["fma"][key].double()).abs().max().item() / scale
+        row["ok"] = all(row[path] <= GDN_REL for path in outs)
         rows.append(row)
     # decode/verify: no dots (the same kernel on both sm_75 paths); held to the native path and to each other
     for key in sorted(k for k in outs["native"] if k.startswith("gdn decode")):
