@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
-from tests.support.engine import Engine, free_port  # noqa: E402
+from tests.support.engine import Engine, _group_alive, free_port  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
 
 MAX_TOKENS = 128
@@ -75,21 +75,13 @@ def start(name: str, model: Path, out_dir: Path) -> None:
     print(f"{name}: engine pid {process.pid} on port {port}, log {files['log']}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _stop(pid: int) -> None:
-    if _alive(pid):
+    if _group_alive(pid):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while _group_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if _alive(pid):
+    if _group_alive(pid):
         os.killpg(pid, signal.SIGKILL)
 
 
@@ -119,7 +111,7 @@ def serve(name: str, out_dir: Path, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     ready = None
     while time.monotonic() < deadline:
-        if not _alive(meta["pid"]):
+        if not _group_alive(meta["pid"]):
             print(f"{name}: the engine exited before it was ready; log tail:\n{files['log'].read_text()[-3000:]}")
             return 1
         try:
