@@ -8,7 +8,6 @@ reports; the plugin calls it in every vLLM process, the doctor and the tools cal
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from .cache import TaggedCache, hook_tag
 from .census import Census, Counts
 from .lines import status_line
 from .pipeline import KernelCompile
-from .seam import Seam, triton_keys_hook
+from .seam import Seam, triton_keys_hook, version_tuple
 
 MODES = ("auto", "off", "force")
 TURING = 75
@@ -35,7 +34,6 @@ RETARGET_INT8 = False
 
 class TuringMmaConfigError(PluginConfigError):
     """A caovan_turing_mma / CAOVAN_TURING_MMA value that is not a mode."""
-
 
 
 def validate_mode(value: str, where: str) -> str:
@@ -66,11 +64,6 @@ def _triton_version() -> str | None:
     except ImportError:
         return None
     return triton.__version__
-
-
-def _version_tuple(version: str) -> tuple[int, int]:
-    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
-    return major, minor
 
 
 def sm75_compile_target() -> tuple[bool, str]:
@@ -132,7 +125,7 @@ class TensorCore75:
             return Status(False, mode, "none", "Triton is not importable")
         if mode == "off":
             return Status(False, mode, version, "caovan_turing_mma=off: Triton's own lowering (FMA dots on sm_75)")
-        if _version_tuple(version) not in TESTED_TRITON:
+        if version_tuple(version) not in TESTED_TRITON:
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TRITON)
             return Status(False, mode, version, f"Triton {version} is outside the tested set ({tested}): left alone")
         if mode == "auto":
