@@ -55,7 +55,6 @@ def _child(path: str, seed: int, out: Path) -> None:
     from caovan_kernels.turing import paths
 
     described = paths.enter(path)
-    tensorcore75.RETARGET_INT8 = True  # what this run checks
     results = {}
     for i, (name, (kind, sa, sb, kw)) in enumerate(_cases().items()):
         if kind == "int8" and path == "fma":

@@ -26,10 +26,9 @@ TURING = 75
 # Triton releases whose sm_75 pipeline this was checked against (tests/sm75/test_triton_versions.py); others are
 # left alone: their lowering may differ in ways the rewrite does not expect.
 TESTED_TRITON = ((3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9))
-# int8 dots compile to mma.sync m8n8k16 and pass ptxas for sm_75 (CI), but their results have not been checked on
-# a GPU yet (the int8 row of scripts/verify_tensorcore75_gpu.py), so they keep Triton's own lowering (which cannot
-# compile them for sm_75 at all) until that row passes.
-RETARGET_INT8 = False
+# int8 dots go to mma.sync m8n8k16: exact against torch on the Turing proxy (scripts/check_turing_mma_probes.py,
+# 2026-12-01), where Triton's own sm_75 lowering cannot compile them at all.
+RETARGET_INT8 = True
 
 
 class TuringMmaConfigError(PluginConfigError):
@@ -134,7 +133,7 @@ class TensorCore75:
                 return Status(False, mode, version, f"no sm_75 compile target: {why}")
         else:
             why = "caovan_turing_mma=force"
-        int8 = ", int8 on m8n8k16" if RETARGET_INT8 else " (int8 dots not yet)"
+        int8 = ", int8 on m8n8k16" if RETARGET_INT8 else ""
         return Status(True, mode, version,
                       f"fp16 dots on mma.sync m16n8k8{int8} for sm_75 compiles ({why}; {self._seam.kind}, "
                       f"cache tag {hook_tag()})")

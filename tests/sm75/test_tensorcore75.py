@@ -29,13 +29,12 @@ def test_fp16_dots_get_turing_mma(decisions: dict, probe: str, instruction: str)
     assert on["mma"] == [instruction]  # and ptxas for sm_75 accepted it: the compile produced a cubin
 
 
-def test_int8_dots_compile_to_m8n8k16_when_enabled(decisions: dict, tmp_path: Path) -> None:
-    # Triton's own sm_75 lowering cannot compile an int8 dot at all (its FMA path extends i8 as a float); until
-    # int8 results are checked on a GPU, TensorCore75 leaves such kernels to it
-    assert "error" in decisions["off"]["int8"] and "error" in decisions["on"]["int8"]
-    enabled = run_probe("int8", tmp_path)["result"]
-    assert enabled["decision"] == "mma:int8"
-    assert enabled["mma"] == ["mma.sync.aligned.m8n8k16.row.col.satfinite.s32.s8.s8.s32"]
+def test_int8_dots_get_m8n8k16(decisions: dict, tmp_path: Path) -> None:
+    # Triton's own sm_75 lowering cannot compile an int8 dot at all (its FMA path extends i8 as a float)
+    assert "error" in decisions["off"]["int8"]
+    assert decisions["on"]["int8"]["decision"] == "mma:int8"
+    assert decisions["on"]["int8"]["mma"] == ["mma.sync.aligned.m8n8k16.row.col.satfinite.s32.s8.s8.s32"]
+    assert "error" in run_probe("int8-off", tmp_path)["result"], "with int8 off the kernel is Triton's again"
 
 
 @pytest.mark.parametrize(("probe", "reason"), [
@@ -73,12 +72,12 @@ def test_modes_and_hook_versions_never_share_a_cache_entry(tmp_path: Path) -> No
 
 def test_census_counts_every_kernel_with_reasons(tmp_path: Path) -> None:
     out = run_probe("census", tmp_path)
-    # 8 probes compiled (the int8 one fails to compile, as without the hook), then a cache hit of the first:
-    # decisions travel with cached binaries
-    assert out["result"] == {"retargeted": 4, "kept": {"bf16_dot": 1, "fp32_dot": 3, "no_dot": 1}}
+    # 9 probes compiled, then a cache hit of the first: decisions travel with cached binaries
+    assert out["result"] == {"retargeted": 5, "kept": {"bf16_dot": 1, "fp32_dot": 3, "no_dot": 1}}
     lines = [line for line in out["log"] if "kernels=" in line]
     assert lines == [
         "[Caovan TensorCore75] kernels=1 retargeted=1 kept=0 ()",
+        "[Caovan TensorCore75] kernels=10 retargeted=5 kept=5 (fp32_dot=3 bf16_dot=1 no_dot=1)",
     ]
     assert out["log"][0].startswith("[Caovan TensorCore75] ACTIVE triton=")
 
