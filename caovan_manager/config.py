@@ -22,6 +22,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from caovan_kernels.contract import STALE_ENV_PREFIXES
+
 
 def default_cache_dir() -> Path:
     # CAOVAN_CACHE_DIR is the seed's variable; keep honouring it.
@@ -226,13 +228,10 @@ def _explain(exc: ValidationError, config_file: Path | None) -> str:
 
 # The engine's environment ------------------------------------------------------------------------------------------
 
-STALE_PREFIXES = ("CAOVAN_FLASHQLA_",)
-
-
 def engine_environment(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
     """The engine's environment: the daemon's own, minus stale variables, plus the seed launch script's defaults."""
     env = {name: value for name, value in (os.environ if base is None else base).items()
-           if not name.startswith(STALE_PREFIXES) and not _is_daemon_variable(name)}
+           if not name.startswith(STALE_ENV_PREFIXES) and not _is_daemon_variable(name)}
     user = _user_name()
     cache = settings.engine.cache_dir
     defaults = {

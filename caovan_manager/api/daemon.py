@@ -120,6 +120,14 @@ class Daemon:
                 run.process.signal_group(signal.SIGKILL)
 
     def effective_command(self) -> list[str]:
+        """vLLM's command as `caovan-vllm-serve` ran it (the profile applied); until its decisions line arrives, the
+        daemon's own launch command."""
+        run = self.machine.run if self.machine else None
+        if run and run.launch:
+            return list(run.launch.command)
+        return self.launch_command()
+
+    def launch_command(self) -> list[str]:
         run = self.machine.run if self.machine else None
         if run and run.command:
             return run.command

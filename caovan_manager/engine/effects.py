@@ -262,11 +262,11 @@ class EngineEffects:
     def gate_reject(self, reason: str) -> None:
         self.gate.reject(reason)
 
-    def drain(self, timeout_s: float) -> None:
-        self._spawn_task(self._drain(timeout_s))
+    def drain(self, run_id: int, timeout_s: float) -> None:
+        self._spawn_task(self._drain(run_id, timeout_s))
 
-    async def _drain(self, timeout_s: float) -> None:
-        self.post(Drained(await self.gate.wait_idle(timeout_s)))
+    async def _drain(self, run_id: int, timeout_s: float) -> None:
+        self.post(Drained(run_id, await self.gate.wait_idle(timeout_s)))
 
     # Records ------------------------------------------------------------------------------------------------------
 

@@ -14,24 +14,23 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 
+from caovan_kernels import contract
+
 from .events import (
+    MARKER_EVENTS,
     EngineConfig,
     EngineReady,
     Event,
     Fatal,
     FatalKind,
-    PluginBanner,
-    PluginDispatch,
-    PluginMode,
-    PluginMtp,
-    PluginRealPrefill,
+    LaunchDecisions,
     SpecDecode,
     Throughput,
 )
 
 # Every line that can become an event contains one of these; a line without any is skipped before any regex runs.
 _GATE = re.compile(
-    "throughput: |metrics: |LLM engine|startup complete|Caovan|caovan_mode=|MTP=|Error|error|out of memory"
+    "throughput: |metrics: |LLM engine|startup complete|Caovan|caovan_mode=|MTP=|decisions: |Error|error|out of memory"
     "|out of resource|failed|encountered|died unexpectedly|Errno|cache blocks|KV cache|memory utilization"
     "|memory profiling|Watchdog"
 )
@@ -254,26 +253,19 @@ def _engine_config(version: str | None, config: str) -> EngineConfig:
     return EngineConfig(version=version, mtp_tokens=mtp_tokens, model=model)
 
 
-# --- the plugin's markers (DESIGN.md "Conventions") ------------------------------------------------------------------
-
-_BANNER = re.compile(r"Caovan vLLM SM75 Turbo3 external plugin v(\d[\w.+!-]*)")
-_MODE = re.compile(r"\bcaovan_mode=([\w.-]+)")
-_PLUGIN_MTP = re.compile(r"speculative_config=auto MTP=(\d+)")
+# --- the plugin's and caovan-vllm-serve's lines (caovan_kernels.contract) --------------------------------------------
 
 
-def _plugin_marker(message: str) -> Event | None:
-    if "Caovan" in message:
-        if m := _BANNER.search(message):
-            return PluginBanner(version=m.group(1).rstrip(".-"))
-        if "[Caovan GDNCore] ACTIVE REAL PREFILL" in message:
-            return PluginRealPrefill()
-        if "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed" in message:
-            return PluginDispatch()
-    if m := _MODE.search(message):
-        return PluginMode(mode=m.group(1))
-    if m := _PLUGIN_MTP.search(message):
-        return PluginMtp(tokens=int(m.group(1)))
-    return None
+
+def _plugin_line(message: str) -> Event | None:
+    if (decisions := contract.read_decisions(message)) is not None:
+        return LaunchDecisions(profile=decisions["profile"], decisions=tuple(decisions["decisions"]),
+                               command=tuple(decisions["command"]))
+    found = contract.read_marker(message)
+    if found is None:
+        return None
+    marker, values = found
+    return MARKER_EVENTS[marker.kind](**values)
 
 
 # --- fatal lines -----------------------------------------------------------------------------------------------------
@@ -355,7 +347,7 @@ def parse_line(line: str) -> Event | None:
         return EngineReady()
     # Markers are what the plugin reports at INFO; an error that merely mentions one (`ValueError: unknown
     # caovan_mode=x`) is not the marker.
-    return _fatal(message) if _is_error(level, message) else _plugin_marker(message)
+    return _fatal(message) if _is_error(level, message) else _plugin_line(message)
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, Event]]:
