@@ -126,3 +126,48 @@ def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
             httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
         assert served.wait_for(lambda: gate.waiting == 0)
         assert served.requests_counted("499") == 2 and served.requests_counted("503") == 0
+
+
+def dead_port() -> str:
+    """The URL of a port nothing listens on: what the relay meets when the engine died under it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def timed_post(served: ServedDaemon) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
+    return response, time.monotonic() - started
+
+
+def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_all(tmp_path):
+    # The engine just crashed: the gate is still open on its dead port until the supervisor notices and holds.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.open, dead_port())
+        served.call(lambda: served.loop.call_later(0.5, gate.hold, "the engine is restarting (test)"))
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        assert "waited 1 s (proxy.queue_wait_s)" in response.json()["error"]["message"]
+
+
+def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_s_in_all(tmp_path):
+    # Queued while the engine restarts; the gate opens on an engine that dies at once, then holds again.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.hold, "the engine is restarting (test)")
+        upstream = dead_port()
+
+        def restart_that_fails() -> None:
+            served.loop.call_later(0.4, gate.open, upstream)
+            served.loop.call_later(0.55, gate.hold, "the engine is restarting again (test)")
+        served.call(restart_that_fails)
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert 0.9 < waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        message = response.json()["error"]["message"]
+        assert "waited 1 s (proxy.queue_wait_s)" in message and "restarting again" in message, message
