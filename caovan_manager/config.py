@@ -268,34 +268,3 @@ def _user_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
-
-
-SECRET_OPTIONS: tuple[str, ...] = ("--api-key", "--hf-token", "--token")
-
-
-def mask_command(command: list[str], secrets: list[str]) -> list[str]:
-    """The command as shown in /status and logs: values of secret options and any configured key replaced."""
-    masked: list[str] = []
-    hide_next = False
-    for part in command:
-        if hide_next:
-            masked.append("***")
-            hide_next = False
-            continue
-        option, sep, _ = part.partition("=")
-        if option in SECRET_OPTIONS:
-            if sep:
-                masked.append(f"{option}=***")
-            else:
-                masked.append(part)
-                hide_next = True
-            continue
-        masked.append(mask_text(part, secrets))
-    return masked
-
-
-def mask_text(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text

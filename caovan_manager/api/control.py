@@ -19,7 +19,7 @@ class ControlRequest(BaseModel):
 
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
-    outcome = await daemon.supervisor.command(command)
+    outcome = await daemon.supervisor.command(daemon.masker.deep(command))  # its reason is recorded and shown
     code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
     return JSONResponse({"accepted": outcome.accepted, "message": outcome.message,
                          "state": daemon.machine.state.value}, status_code=code)

@@ -51,7 +51,7 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
         return {"source": DOCTOR_COMMAND, "error": f"{DOCTOR_COMMAND} did not finish within {DOCTOR_TIMEOUT_S} s",
                 "checks": daemon_checks(daemon)}
     try:
-        report = json.loads(out)
+        report = json.loads(daemon.masker.text(out.decode(errors="replace")))
     except ValueError:
         return {"source": DOCTOR_COMMAND, "error": f"{DOCTOR_COMMAND} exited with {process.returncode} without a "
                                                    f"JSON report: {err.decode(errors='replace')[-1500:]}",

@@ -8,18 +8,18 @@ import time
 from collections import deque
 from pathlib import Path
 
-from caovan_manager.config import mask_text
+from caovan_manager.masking import Masker
 from caovan_manager.supervisor.bus import Broadcaster
 
 
 class LogSink:
-    def __init__(self, directory: Path, max_bytes: int, backups: int, ring_lines: int, secrets: list[str]) -> None:
+    def __init__(self, directory: Path, max_bytes: int, backups: int, ring_lines: int, masker: Masker) -> None:
         self.directory = directory
         self.max_bytes = max_bytes
         self.backups = backups
         self.ring: deque[dict] = deque(maxlen=ring_lines)
         self.live: Broadcaster[dict] = Broadcaster()
-        self._secrets = secrets
+        self._masker = masker
         self._handler: logging.handlers.RotatingFileHandler | None = None
         self._run_id: int | None = None
         self.path: Path | None = None
@@ -37,7 +37,7 @@ class LogSink:
 
     def write(self, line: str, source: str = "engine") -> dict:
         """Keep one line (already without its newline); returns the record as kept in the ring buffer."""
-        line = mask_text(line, self._secrets)
+        line = self._masker.text(line)
         record = {"time": time.time(), "run_id": self._run_id, "source": source, "line": line}
         if self._handler is not None:
             self._handler.emit(logging.makeLogRecord({"msg": line, "args": None}))

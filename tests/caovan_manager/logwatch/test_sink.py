@@ -6,10 +6,11 @@ import asyncio
 from pathlib import Path
 
 from caovan_manager.logwatch.sink import LogSink
+from caovan_manager.masking import Masker
 
 
 def test_file_per_run_rotation_ring_and_masking(tmp_path):
-    sink = LogSink(tmp_path / "logs", max_bytes=2000, backups=2, ring_lines=50, secrets=["sk-live-123"])
+    sink = LogSink(tmp_path / "logs", max_bytes=2000, backups=2, ring_lines=50, masker=Masker(["sk-live-123"]))
     first = sink.open_run(1)
     sink.write("engine one starting")
     second = sink.open_run(2)
@@ -30,7 +31,7 @@ def test_file_per_run_rotation_ring_and_masking(tmp_path):
 
 def test_live_subscribers_get_new_lines():
     async def scenario():
-        sink = LogSink(Path("/nonexistent"), 1000, 0, 10, [])  # no run opened: ring and subscribers only
+        sink = LogSink(Path("/nonexistent"), 1000, 0, 10, Masker())  # no run opened: ring and subscribers only
         async with sink.live.subscribe() as queue:
             sink.write("hello")
             assert (await asyncio.wait_for(queue.get(), 1))["line"] == "hello"
