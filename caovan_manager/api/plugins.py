@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 
-from caovan_manager.plugins.store import PluginStoreError
+from caovan_manager.plugins.store import PluginStoreError, UnknownVersion
 from caovan_manager.supervisor.messages import ActivateCommand
 
 from .control import decide
@@ -44,7 +44,8 @@ async def activate(request: Request, version: str = Path(..., max_length=64,
     if target is not None:
         try:
             daemon.plugins.site_dir(target)
+        except UnknownVersion as exc:
+            raise HTTPException(404, detail=str(exc)) from None
         except PluginStoreError as exc:
-            status = 404 if "not installed" in str(exc) else 400
-            raise HTTPException(status, detail=str(exc)) from None
+            raise HTTPException(400, detail=str(exc)) from None
     return await decide(request, ActivateCommand(target))
