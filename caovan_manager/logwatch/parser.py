@@ -32,7 +32,7 @@ from .events import (
 _GATE = re.compile(
     "throughput: |metrics: |LLM engine|startup complete|Caovan|caovan_mode=|MTP=|decisions: |Error|error|out of memory"
     "|out of resource|failed|encountered|died unexpectedly|Errno|cache blocks|KV cache|memory utilization"
-    "|memory profiling|Watchdog"
+    "|memory profiling|Watchdog|died|dead|Fatal|fatal|SIG|not running"
 )
 
 # --- normalisation -------------------------------------------------------------------------------------------------
@@ -65,30 +65,54 @@ _UVICORN_LEVEL = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): +")
 # Ray's log deduplication suffix.
 _RAY_REPEAT = re.compile(r" ?\[repeated \d+x across cluster\]$")
 
+# Behind a prefix of unknown shape (a log viewer's timestamp, another server's stdout wrapper, a compose service
+# name with other spacing), the record is searched for: vLLM's level record, else vLLM's process prefix, else
+# uvicorn's level or Python logging's ` - LEVEL - ` form, else an exception line (a traceback's last line).
+_VLLM_LEVEL_ANYWHERE = re.compile(r"(?<![\w-])" + _VLLM_LEVEL.pattern)
+_PROCESS_ANYWHERE = re.compile(r"\((?:APIServer|EngineCore\w*|VllmWorker[\w-]*|Worker[\w-]*|RayWorker\w*"
+                               r"|VllmWorkerProcess|LLMRayActor)\b[^()]*\bpid=\d+[^()]*\) ?")
+_LEVEL_ANYWHERE = re.compile(r"(?:(?<=\s)|(?<=^))(DEBUG|INFO|WARNING|ERROR|CRITICAL): +"
+                             r"| - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+_EXCEPTION_ANYWHERE = re.compile(r"(?:(?<=[\s|\]])|(?<=^))(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+                                 r"(?:Error|Exception|OutOfResources): ")
+
 
 def normalise_line(line: str) -> tuple[str | None, str]:
     """Return (level, message) of a raw log line: the level (`INFO`, `ERROR`, ...) where the line carries one, and the
     message without timestamps, colours and process prefixes. Leading indentation of the message is kept (traceback
     bodies are indented, the exception line is not)."""
     text = _ANSI.sub("", line.rstrip("\r\n"))
-    if text.startswith("{"):
-        json_message = _json_message(text)
-        if json_message is not None:
-            return json_message
     pos = 0
-    for prefix in (_COMPOSE, _SYSLOG, _TIMESTAMP):
+    for prefix in (_COMPOSE, _SYSLOG, _TIMESTAMP, _COMPOSE):  # journald around compose, or compose around docker
         m = prefix.match(text, pos)
         if m:
             pos = m.end()
-    while m := _PROCESS.match(text, pos):
-        pos = m.end()
+    if text.startswith("{", pos):
+        json_message = _json_message(text[pos:])
+        if json_message is not None:
+            return json_message
+    pos = _skip_processes(text, pos)
     level = None
     if m := _VLLM_LEVEL.match(text, pos) or _UVICORN_LEVEL.match(text, pos):
-        level = m.group(1)
-        pos = m.end()
-        while m := _PROCESS.match(text, pos):
-            pos = m.end()
+        level, pos = m.group(1), m.end()
+    elif m := _VLLM_LEVEL_ANYWHERE.search(text, pos):
+        level, pos = m.group(1), m.end()
+    elif m := _PROCESS_ANYWHERE.search(text, pos):
+        pos = _skip_processes(text, m.end())
+        if m := _VLLM_LEVEL.match(text, pos) or _UVICORN_LEVEL.match(text, pos):
+            level, pos = m.group(1), m.end()
+    elif m := _LEVEL_ANYWHERE.search(text, pos):
+        level, pos = m.group(1) or m.group(2), m.end()
+    elif not text[pos:pos + 1].isspace() and (m := _EXCEPTION_ANYWHERE.search(text, pos)):
+        pos = m.start()
+    pos = _skip_processes(text, pos)
     return level, _RAY_REPEAT.sub("", text[pos:].rstrip())
+
+
+def _skip_processes(text: str, pos: int) -> int:
+    while m := _PROCESS.match(text, pos):
+        pos = m.end()
+    return pos
 
 
 def _json_message(text: str) -> tuple[str | None, str] | None:
@@ -188,8 +212,9 @@ def _throughput(body: str, engine_index: int | None) -> Throughput | None:
 
 def _spec_decode(body: str) -> SpecDecode | None:
     pairs = _pairs(body)
+    # V0 before 0.5.4 printed "Number of draft tokens tokens".
     accepted = _int(_first(pairs, "Accepted", "Number of accepted tokens"))
-    drafted = _int(_first(pairs, "Drafted", "Number of draft tokens"))
+    drafted = _int(_first(pairs, "Drafted", "Number of draft tokens", "Number of draft tokens tokens"))
     if accepted is None or drafted is None:
         return None
     per_position = None
@@ -253,14 +278,11 @@ def _engine_config(version: str | None, config: str) -> EngineConfig:
     return EngineConfig(version=version, mtp_tokens=mtp_tokens, model=model)
 
 
-# --- the plugin's and caovan-vllm-serve's lines (caovan_kernels.contract) --------------------------------------------
+# --- the plugin's lines (caovan_kernels.contract) ------------------------------------------------------------------
 
 
 
 def _plugin_line(message: str) -> Event | None:
-    if (decisions := contract.read_decisions(message)) is not None:
-        return LaunchDecisions(profile=decisions["profile"], decisions=tuple(decisions["decisions"]),
-                               command=tuple(decisions["command"]))
     found = contract.read_marker(message)
     if found is None:
         return None
@@ -297,10 +319,16 @@ _FATAL_KINDS: tuple[tuple[FatalKind, re.Pattern[str]], ...] = (
     ("engine_start_failed", re.compile(
         r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start"
         r"|WorkerProc failed to start|Frontend process failed during engine core initialization"
+        r"|RPCServer process died before responding to readiness probe"  # V0's frontend (0.6)
     )),
+    # The engine, or one of its workers (a tensor-parallel rank, a Ray actor), died: V1's engine core and executor,
+    # V0's MQLLMEngine and multiproc workers, and the fatal signals that kill them.
     ("engine_dead", re.compile(
         r"EngineDeadError|EngineCore encountered (?:an issue|a fatal error)|died unexpectedly"
-        r"|Background loop has errored already"
+        r"|Background loop has errored already|Engine loop has died|Engine loop is not running"
+        r"|MQLLMEngine is already dead|Engine process \(pid \d+\) died|Worker VllmWorkerProcess pid \d+ died"
+        r"|[Gg]ot fatal signal from worker processes|Fatal Python error: Segmentation fault"
+        r"|\*\*\* SIG(?:SEGV|BUS|ABRT|ILL|FPE) received"
     )),
 )
 
@@ -331,6 +359,11 @@ def parse_line(line: str) -> Event | None:
     """The event a vLLM log line carries, or None. Never raises on odd input: unknown shapes are simply not events."""
     if not _GATE.search(line):
         return None
+    if contract.DECISIONS_PREFIX in line:  # its JSON runs to the end of the line, whatever wraps its start
+        decisions = contract.read_decisions(line)
+        if decisions is not None:
+            return LaunchDecisions(profile=decisions["profile"], decisions=tuple(decisions["decisions"]),
+                                   command=tuple(decisions["command"]))
     level, message = normalise_line(line)
     engine_index = None
     body = message
