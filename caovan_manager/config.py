@@ -103,6 +103,9 @@ class LogSettings(BaseModel):
     max_bytes: int = Field(20_000_000, ge=1000)
     backups: int = Field(5, ge=0)
     ring_lines: int = Field(5000, ge=10)
+    keep_runs: int = Field(50, ge=1, description="Log files of this many most recent runs are kept; older deleted.")
+    console: bool = Field(False, description="Also write each engine line to the daemon's stderr as "
+                                             "`engine-<run> | <line>`, for journald (`caovan parse-log` reads it).")
 
 
 class Settings(BaseSettings):

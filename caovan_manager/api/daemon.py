@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,7 @@ class Daemon:
         self.plugins = PluginStore(settings.plugin_store_dir)
         self.masker = Masker(settings.secrets())
         self.sink = LogSink(settings.log_dir, settings.logs.max_bytes, settings.logs.backups, settings.logs.ring_lines,
-                            self.masker)
+                            self.masker, settings.logs.keep_runs, sys.stderr if settings.logs.console else None)
         self.metrics = DaemonMetrics()
         self.events: Broadcaster[dict[str, Any]] = Broadcaster()
         self.gate: Gate | None = None

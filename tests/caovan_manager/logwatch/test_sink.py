@@ -37,3 +37,43 @@ def test_live_subscribers_get_new_lines():
             assert (await asyncio.wait_for(queue.get(), 1))["line"] == "hello"
         assert sink.live.subscribers == 0
     asyncio.run(scenario())
+
+
+def test_log_folder_keeps_the_last_runs_only(tmp_path):
+    sink = LogSink(tmp_path, max_bytes=2000, backups=1, ring_lines=10, masker=Masker(), keep_runs=3)
+    for run_id in range(1, 8):
+        sink.open_run(run_id)
+        sink.write("x" * 1500)
+        sink.write("y" * 1500)  # rotates: engine-0000N.log.1 beside engine-0000N.log
+    sink.close()
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert names == ["engine-00005.log", "engine-00005.log.1", "engine-00006.log", "engine-00006.log.1",
+                     "engine-00007.log", "engine-00007.log.1"], names
+
+
+def test_console_lines_are_what_journald_keeps_and_parse_log_reads(tmp_path):
+    """With logs.console, each engine line goes to the daemon's stderr as `engine-<run> | <line>`; journalctl's
+    default output puts its own prefix before it; `caovan parse-log` reads the events back from that."""
+    import io
+    import subprocess
+    import sys
+
+    data = Path(__file__).parent / "data" / "vllm_cpu_0.32_mtp3.log"
+    lines = data.read_bytes().decode().split("\n")
+    console = io.StringIO()
+    sink = LogSink(tmp_path, 100_000, 1, 100, Masker(["sk-live-123"]), console=console)
+    sink.open_run(3)
+    for line in lines:
+        sink.write(line.rstrip("\r"))
+    sink.close()
+    journal = "".join(f"Dec 01 09:00:{n % 60:02d} gpu-box caovan[4242]: {line}\n"
+                      for n, line in enumerate(console.getvalue().splitlines()))
+    assert journal.splitlines()[0].startswith("Dec 01 09:00:00 gpu-box caovan[4242]: engine-00003 | ")
+
+    def kinds(text: str) -> list[str]:
+        result = subprocess.run([sys.executable, "-c", "from caovan_manager.cli import main; main()", "parse-log", "-"],
+                                input=text, capture_output=True, text=True, timeout=60, check=True)
+        return [__import__("json").loads(line)["kind"] for line in result.stdout.splitlines()]
+
+    direct = kinds("\n".join(lines))
+    assert kinds(journal) == direct and {"throughput", "spec_decode", "engine_ready"} <= set(direct)
