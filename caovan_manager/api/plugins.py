@@ -11,6 +11,7 @@ from caovan_manager.plugins.store import PluginStoreError, UnknownVersion
 from caovan_manager.supervisor.messages import ActivateCommand
 
 from .control import decide
+from .schemas import UNAUTHORIZED, ControlResult, Problem
 from .security import require_admin
 
 router = APIRouter(tags=["plugins"])
@@ -36,7 +37,10 @@ async def list_plugins(request: Request) -> dict[str, Any]:
 
 @router.post("/plugins/{version}/activate", dependencies=[Depends(require_admin)],
              summary="Drain, restart on this version, verify it; roll back automatically if it is worse",
-             responses={404: {"description": "not installed"}, 409: {"description": "engine not ready or busy"}})
+             status_code=202, response_model=ControlResult,
+             responses={400: {"model": Problem, "description": "not a valid version name"},
+                        404: {"model": Problem, "description": "not installed"},
+                        409: {"model": ControlResult, "description": "engine not ready, or busy"}, **UNAUTHORIZED})
 async def activate(request: Request, version: str = Path(..., max_length=64,
                                                         description="A store version, or `bundled`.")) -> JSONResponse:
     daemon = request.app.state.daemon

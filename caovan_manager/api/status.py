@@ -14,6 +14,7 @@ from caovan_manager.supervisor.machine import Run
 from caovan_manager.supervisor.messages import State
 
 from .daemon import Daemon
+from .schemas import Health, Readiness, StatusDocument
 
 router = APIRouter(tags=["status"])
 
@@ -98,17 +99,19 @@ def tensorcore75_document(run: Run | None) -> dict[str, Any] | None:
     }
 
 
-@router.get("/status", summary="Engine state, run, plugin, markers, latest samples, restarts")
+@router.get("/status", summary="Engine state, run, plugin, markers, latest samples, restarts",
+            response_model=StatusDocument)
 async def get_status(request: Request) -> dict[str, Any]:
     return status_document(request.app.state.daemon)
 
 
-@router.get("/healthz", summary="The daemon is alive (whatever the engine does)")
+@router.get("/healthz", summary="The daemon is alive (whatever the engine does)", response_model=Health)
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state")
+@router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state",
+            response_model=Readiness, responses={503: {"model": Readiness, "description": "the engine is not ready"}})
 async def readyz(request: Request) -> JSONResponse:
     m = request.app.state.daemon.machine
     ready = m.state is State.READY
