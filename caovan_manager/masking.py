@@ -8,32 +8,36 @@ known.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 SECRET_OPTIONS: tuple[str, ...] = ("--api-key", "--hf-token", "--token")
 # Variables whose values the engine may use as credentials (VLLM_API_KEY is vLLM's --api-key).
 SECRET_VARIABLES: tuple[str, ...] = ("VLLM_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
 HIDDEN = "***"
+MIN_SECRET = 4
 
 T = TypeVar("T")
 
 
-def secret_option_values(args: Iterable[str]) -> list[str]:
-    """The values given to secret options in an argument list (`--api-key K` or `--api-key=K`)."""
-    values, take_next = [], False
-    for part in args:
+def _secret_positions(args: list[str]) -> Iterator[tuple[int, str, bool]]:
+    """(index, value, inline) of each value given to a secret option: `--api-key K` or `--api-key=K`."""
+    take_next = False
+    for index, part in enumerate(args):
         if take_next:
-            values.append(part)
             take_next = False
+            yield index, part, False
             continue
         option, sep, value = part.partition("=")
         if option in SECRET_OPTIONS:
             if sep:
-                values.append(value)
+                yield index, value, True
             else:
                 take_next = True
-    return [value for value in values if value]
+
+
+def secret_option_values(args: Iterable[str]) -> list[str]:
+    return [value for _, value, _ in _secret_positions(list(args)) if value]
 
 
 def mask_text(text: str, secrets: Iterable[str]) -> str:
@@ -45,23 +49,9 @@ def mask_text(text: str, secrets: Iterable[str]) -> str:
 
 def mask_command(command: list[str], secrets: Iterable[str]) -> list[str]:
     """The command as shown in /status and logs: values of secret options and any known secret replaced."""
-    secrets = list(secrets)
-    masked: list[str] = []
-    hide_next = False
-    for part in command:
-        if hide_next:
-            masked.append(HIDDEN)
-            hide_next = False
-            continue
-        option, sep, _ = part.partition("=")
-        if option in SECRET_OPTIONS:
-            if sep:
-                masked.append(f"{option}={HIDDEN}")
-            else:
-                masked.append(part)
-                hide_next = True
-            continue
-        masked.append(mask_text(part, secrets))
+    masked = [mask_text(part, list(secrets)) for part in command]
+    for index, _, inline in _secret_positions(command):
+        masked[index] = f"{command[index].partition('=')[0]}={HIDDEN}" if inline else HIDDEN
     return masked
 
 
@@ -71,8 +61,10 @@ class Masker:
         self.add(secrets)
 
     def add(self, secrets: Iterable[str]) -> None:
-        # Longest first, so a secret that contains another is hidden whole.
-        self._secrets = sorted({*self._secrets, *(s for s in secrets if s)}, key=len, reverse=True)
+        # Longest first, so a secret that contains another is hidden whole. A value of a few characters cannot be
+        # told from ordinary text: masking it everywhere would garble every line (commands still hide it by place).
+        self._secrets = sorted({*self._secrets, *(s for s in secrets if len(s) >= MIN_SECRET)}, key=len,
+                               reverse=True)
 
     def add_engine(self, args: Iterable[str], env: Mapping[str, str]) -> None:
         """The engine's own credentials: secret options among its arguments, secret variables of its environment."""

@@ -10,7 +10,7 @@ from caovan_manager.config import load_settings
 from caovan_manager.engine.effects import EngineEffects, RunHandle
 from caovan_manager.engine.launch import EngineTarget
 from caovan_manager.logwatch.sink import LogSink
-from caovan_manager.masking import Masker, secret_option_values
+from caovan_manager.masking import Masker, mask_command, secret_option_values
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.store import Store
@@ -60,6 +60,8 @@ def test_recognised_events_and_reports_carry_no_secret(tmp_path):
 
 def test_secret_option_values_in_both_spellings():
     assert secret_option_values(["--api-key", "a", "--hf-token=b", "--token", "", "--model", "m"]) == ["a", "b"]
-    masker = Masker(["abc"])
-    masker.add(["abcdef"])
-    assert masker.text("key abcdef and abc") == "key *** and ***"  # the longer secret is hidden whole
+    masker = Masker(["abcd"])
+    masker.add(["abcdefgh", "xy"])
+    assert masker.text("key abcdefgh and abcd, xy") == "key *** and ***, xy"  # the longer one hidden whole; a
+    # two-letter "secret" is no secret: masking it everywhere would garble every line
+    assert mask_command(["vllm", "--api-key", "xy", "--token=xy"], []) == ["vllm", "--api-key", "***", "--token=***"]
