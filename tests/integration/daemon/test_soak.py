@@ -94,6 +94,7 @@ def act(daemon: DaemonProcess, action: str) -> None:
             time.sleep(2)
 
 
+@pytest.mark.timeout(max(SOAK_S, 0) + 1200)  # the long run lasts longer than the suite's per-test limit
 def test_soak_loses_nothing_and_grows_nothing_and_leaks_no_secret(ops):
     daemon = ops["daemon"]
     events = EventLog(daemon.url)
