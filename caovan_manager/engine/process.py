@@ -18,6 +18,9 @@ from pathlib import Path
 import psutil
 
 
+SIGKILL_WAIT_S = 30
+
+
 class PortInUse(RuntimeError):
     """A listener holds the port; `holder` names it, `what` and `fix` say whose port it is and what to change."""
 
@@ -144,7 +147,9 @@ class EngineProcess:
             await _until(lambda: not self.group_members(), grace_s, poll_s)
         if self.group_members():
             self.signal_group(signal.SIGKILL)
-            await _until(lambda: not self.group_members(), 10, poll_s)
+            # A killed process with gigabytes mapped can take many seconds to go on a loaded host (seen: over 10 s
+            # for a vLLM worker at a load average of 20); it is only a survivor after that.
+            await _until(lambda: not self.group_members(), SIGKILL_WAIT_S, poll_s)
         if self.process.returncode is None:
             try:
                 await asyncio.wait_for(self.wait(), 5)
