@@ -24,3 +24,21 @@ def test_records_survive_a_reopen(tmp_path):
     assert activation["outcome"] == "rolled_back" and activation["details"]["baseline"]["tokens_per_s"] == 5.0
     again.save_active_version(None)
     assert again.active_version() is None
+
+
+def test_history_is_bounded_and_unfinished_runs_stay(tmp_path, monkeypatch):
+    from caovan_manager import store as store_module
+
+    monkeypatch.setattr(store_module, "RETAIN", 5)
+    store = Store(tmp_path / "caovan.sqlite3")
+    store.record_run(1, None)
+    store.record_run_pid(1, 4242)  # never ended: an engine a dead daemon left, still to be reaped
+    for run_id in range(2, 40):
+        store.record_run(run_id, None)
+        store.record_run_end(run_id, 0, "stopped")
+        store.record_restart(run_id, "requested", "soak")
+        store.record_activation(None, "0.2.0", "activated", "verified", {})
+    assert [row["run_id"] for row in store.runs(100)] == [39, 38, 37, 36, 35, 1]
+    assert len(store.restarts(100)) == 5 and len(store.activations(100)) == 5
+    assert [row["run_id"] for row in store.unfinished_runs()] == [1]
+    assert store.next_run_id() == 40

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import zipfile
 
 from typer.testing import CliRunner
@@ -24,6 +26,17 @@ def test_serve_rejects_a_bad_config_before_starting_anything(tmp_path):
     result = CliRunner().invoke(app, ["serve", "--config", str(config)])
     assert result.exit_code == 2
     assert "port: Input should be greater than or equal to 1" in result.output
+
+
+def test_serve_refuses_a_port_a_listener_holds_naming_it(tmp_path):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--port", str(port)], env={"CAOVAN_STATE_DIR": str(tmp_path)})
+    assert result.exit_code == 2, result.output
+    assert f"the daemon's port 127.0.0.1:{port} is already in use by pid {os.getpid()}" in result.output
+    assert "--port (or CAOVAN_PORT)" in result.output
 
 
 def test_plugins_add_and_list(tmp_path):

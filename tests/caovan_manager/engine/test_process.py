@@ -91,6 +91,24 @@ def test_port_in_use_names_the_holder():
     check_port_free(port)  # free again once closed
 
 
+def test_connections_left_in_time_wait_do_not_make_a_port_busy():
+    # What a daemon killed with -9 leaves: its side of each client connection in TIME_WAIT, no listener.
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    served, _ = listener.accept()
+    served.close()  # the server closes first: its end goes to TIME_WAIT
+    listener.close()
+    client.recv(1)
+    client.close()
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # the old check's bind: refused while TIME_WAIT lasts
+    check_port_free(port)
+
+
 def test_an_engine_left_by_a_dead_daemon_is_killed_at_the_next_start(tmp_path):
     from caovan_manager.api.daemon import Daemon
     from caovan_manager.config import load_settings

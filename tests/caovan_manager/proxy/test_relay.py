@@ -6,68 +6,12 @@ during a stream and an engine killed mid-stream are tested on the real engine (t
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from caovan_manager.api.app import create_app
-from caovan_manager.api.daemon import Daemon
-from caovan_manager.config import load_settings
-from caovan_manager.engine.launch import EngineTarget
-
-
-@dataclass
-class ServedDaemon:
-    url: str
-    daemon: Daemon
-    loop: asyncio.AbstractEventLoop
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run fn in the daemon's loop (the gate belongs to it) and return its result."""
-        async def inside() -> Any:
-            return fn(*args)
-        return asyncio.run_coroutine_threadsafe(inside(), self.loop).result(10)
-
-    def wait_for(self, predicate: Callable[[], bool], timeout_s: float = 10) -> bool:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.call(predicate):
-                return True
-            time.sleep(0.05)
-        return False
-
-    def requests_counted(self, status: str) -> float:
-        value = self.daemon.metrics.registry.get_sample_value(
-            "caovan_proxy_requests_total", {"endpoint": "/v1/chat/completions", "status": status})
-        return value or 0.0
-
-
-@contextlib.contextmanager
-def served_daemon(tmp_path, **overrides: Any) -> Iterator[ServedDaemon]:
-    settings = load_settings(state_dir=str(tmp_path), **overrides)
-    app = create_app(settings, EngineTarget("/models/none", []), autostart=False)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the daemon did not start"
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield ServedDaemon(f"http://127.0.0.1:{port}", app.state.daemon, loop)
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        loop.close()
+from tests.support.served import ServedDaemon, served_daemon
 
 
 class SilentEngine:
@@ -126,3 +70,48 @@ def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
             httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
         assert served.wait_for(lambda: gate.waiting == 0)
         assert served.requests_counted("499") == 2 and served.requests_counted("503") == 0
+
+
+def dead_port() -> str:
+    """The URL of a port nothing listens on: what the relay meets when the engine died under it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def timed_post(served: ServedDaemon) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
+    return response, time.monotonic() - started
+
+
+def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_all(tmp_path):
+    # The engine just crashed: the gate is still open on its dead port until the supervisor notices and holds.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.open, dead_port())
+        served.call(lambda: served.loop.call_later(0.5, gate.hold, "the engine is restarting (test)"))
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        assert "waited 1 s (proxy.queue_wait_s)" in response.json()["error"]["message"]
+
+
+def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_s_in_all(tmp_path):
+    # Queued while the engine restarts; the gate opens on an engine that dies at once, then holds again.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.hold, "the engine is restarting (test)")
+        upstream = dead_port()
+
+        def restart_that_fails() -> None:
+            served.loop.call_later(0.4, gate.open, upstream)
+            served.loop.call_later(0.55, gate.hold, "the engine is restarting again (test)")
+        served.call(restart_that_fails)
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert 0.9 < waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        message = response.json()["error"]["message"]
+        assert "waited 1 s (proxy.queue_wait_s)" in message and "restarting again" in message, message

@@ -49,6 +49,14 @@ WRAPPINGS = {
     "docker + ansi + ray": "2026-01-02T03:04:05.123456789Z \x1b[36m(RayWorkerWrapper pid=123, ip=10.0.0.1)\x1b[0m "
                            + VLLM_PREFIX + "{}",
     "crlf": VLLM_PREFIX + "{}\r\n",
+    # Prefixes of unknown shape, before which the vLLM record is searched for.
+    "compose, other width": "vllm-server-on-arc  | (APIServer pid=789) " + VLLM_PREFIX + "{}",
+    "journald around compose": "Jan 02 03:04:05 gpu-box dockerd[99]: vllm-1  | " + VLLM_PREFIX + "{}",
+    "containerd CRI log": "2026-01-02T03:04:05.123456789Z stdout F " + VLLM_PREFIX + "{}",
+    "log viewer, pipe": "2026-01-02 03:04:05.123 | INFO | " + VLLM_PREFIX + "{}",
+    "sidecar stdout wrapper": "[VllmSidecar kooEr8Cc]: 2026-01-02T03:04:05.672Z 1 stdout: " + VLLM_PREFIX + "{}",
+    "bracketed tag": "[vllm] " + VLLM_PREFIX + "{}",
+    "process after a wrapper": "worker-3 => (EngineCore_DP0 pid=456) " + VLLM_PREFIX + "{}",
 }
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SKIP = (".venv", ".git", "tests", "docs", "benchmarks", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
         ".pytest_cache")
 

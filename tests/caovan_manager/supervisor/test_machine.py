@@ -134,7 +134,7 @@ def test_reports_of_an_old_run_are_ignored(fx, clock):
     m = make(fx, clock)
     old = ready(m, fx)
     m.handle(RestartCommand())
-    m.handle(Drained(0))
+    m.handle(Drained(old, 0))
     m.handle(StoppedGroup(old))
     new = m.run.run_id
     assert new == old + 1 and m.state is State.STARTING
@@ -143,13 +143,27 @@ def test_reports_of_an_old_run_are_ignored(fx, clock):
     assert m.state is State.STARTING
 
 
+def test_a_late_drain_of_an_old_run_does_not_stop_the_new_one(fx, clock):
+    m = make(fx, clock)
+    old = ready(m, fx)
+    m.handle(RestartCommand())
+    m.handle(Drained(old, 0))
+    m.handle(StoppedGroup(old))
+    new = ready(m, fx)
+    m.handle(RestartCommand())  # draining the new run
+    m.handle(Drained(old, 3))  # the old run's drain reporting late
+    assert m.state is State.DRAINING and m.run.run_id == new
+    m.handle(Drained(new, 0))
+    assert m.state is State.STOPPING
+
+
 def test_graceful_restart_holds_requests_drains_stops_then_starts(fx, clock):
     m = make(fx, clock)
     run_id = ready(m, fx)
     assert m.handle(RestartCommand("config changed")).accepted
     assert m.state is State.DRAINING
-    assert fx.take() == [("record_restart", run_id, "requested", "config changed"), ("gate_hold",), ("drain", 20)]
-    m.handle(Drained(0))
+    assert fx.take() == [("record_restart", run_id, "requested", "config changed"), ("gate_hold",), ("drain", run_id, 20)]
+    m.handle(Drained(run_id, 0))
     assert m.state is State.STOPPING and ("stop_group", run_id) in fx.calls
     m.handle(Exited(run_id, 0))  # expected while stopping: not a crash
     assert m.state is State.STOPPING
@@ -235,7 +249,7 @@ def test_start_while_stopping_starts_after_the_stop(fx, clock):
     m = make(fx, clock)
     run_id = ready(m, fx)
     m.handle(StopCommand())
-    m.handle(Drained(0))
+    m.handle(Drained(run_id, 0))
     m.handle(StartCommand())
     m.handle(StoppedGroup(run_id))
     assert m.state is State.STARTING
@@ -256,7 +270,7 @@ def test_log_samples_are_kept_for_status(fx, clock):
     sample = Throughput(prompt_tps=1.0, generation_tps=20.0, running=1, waiting=0, kv_cache_usage_pct=3.0)
     m.handle(LogLine(run_id, sample))
     m.handle(LogLine(run_id, PluginBanner("0.1.0")))
-    assert m.latest["throughput"] is sample and m.run.markers == {"plugin_banner": "0.1.0"}
+    assert m.latest["throughput"] is sample and m.run.marker_values() == {"plugin_banner": "0.1.0"}
 
 
 # Plugin activation --------------------------------------------------------------------------------------------------
@@ -271,7 +285,7 @@ def activate_until_new_engine_started(m: Machine, fx: RecordingEffects, version:
     assert fx.take() == [("measure", old)]
     m.handle(Measured(old, BASE))
     assert m.state is State.DRAINING
-    m.handle(Drained(0))
+    m.handle(Drained(old, 0))
     m.handle(StoppedGroup(old))
     assert m.state is State.STARTING and ("spawn", old + 1, version) in fx.calls
     return m.run.run_id
@@ -303,7 +317,7 @@ def test_activation_with_slower_new_version_rolls_back_and_records_why(fx, clock
     fx.take()
     m.handle(Measured(new, Measurement(tokens_per_s=20.0, acceptance_rate=0.6, tokens=200)))
     assert m.state is State.DRAINING and "throughput fell to 20.0 tokens/s from 50.0" in m.reason
-    m.handle(Drained(0))
+    m.handle(Drained(new, 0))
     m.handle(StoppedGroup(new))
     assert ("spawn", new + 1, None) in fx.calls  # back on the previous (bundled) version
     m.handle(ReadyProbe(new + 1, ok=True))

@@ -9,6 +9,7 @@ from profile_cases import TWO_2080TI
 
 from caovan_kernels.profile import (
     InventoryError, apply_profile, build_profile, from_version_table, load_model_facts, parse_inventory)
+from caovan_kernels.contract import MTP_DEFAULT
 from caovan_kernels.profile import memory as mem
 from caovan_manager import embedded
 
@@ -168,8 +169,10 @@ def test_apply_profile_adds_only_what_the_user_did_not_pin(demo_model_dir):
     p = apply_profile(str(demo_model_dir), ["--dtype", "bfloat16", "--port", "8001"], inventory="cpu")
     assert p.args[:4] == ["--dtype", "bfloat16", "--port", "8001"] and p.args.count("--dtype") == 1
     assert "--speculative-config" in p.args[4:]
-    # The embedded default already pins everything the CPU profile decides: nothing is added.
-    assert apply_profile(str(demo_model_dir), embedded.engine_args(), "cpu").args == embedded.engine_args()
+    # The embedded default names the demo model only; what a CPU needs comes from the profile, as for any model.
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": MTP_DEFAULT}, separators=(",", ":"))
+    assert apply_profile(str(demo_model_dir), embedded.engine_args(), "cpu").args == [
+        *embedded.engine_args(), "--dtype", "bfloat16", "--speculative-config", spec, "--no-enable-prefix-caching"]
     hub = apply_profile("Qwen/Qwen3.6-27B", ["--port", "8001"])
     assert hub.args == ["--port", "8001"] and hub.decisions[0].value == "skipped"
 
