@@ -49,6 +49,7 @@ KERNEL_CALLS = "[Caovan GDNCore] kernel calls"
 GPU_COUNTED = "counted on the GPU"  # the decode count of kernel_calls_line when the GPU counts decode steps
 TENSORCORE75 = "[Caovan TensorCore75]"
 TENSORCORE75_MODES = ("auto", "off", "force")
+TURING_PROXY = "[Caovan Turing proxy]"
 
 
 def banner_line(version: str) -> str:
@@ -99,6 +100,11 @@ def tensorcore75_count_line(retargeted: int, kept: Mapping[str, int]) -> str:
     kept_total = sum(kept.values())
     reasons = " ".join(f"{reason}={kept[reason]}" for reason in sorted(kept))
     return f"{TENSORCORE75} kernels={retargeted + kept_total} retargeted={retargeted} kept={kept_total} ({reasons})"
+
+
+def turing_proxy_line(view: str) -> str:
+    """Once per engine process run on the Turing proxy (a test tool, not parsed by the daemon)."""
+    return f"{TURING_PROXY} sm_75 code path on this GPU (TRITON_OVERRIDE_ARCH=sm75, {view})"
 
 
 def _one_line(text: str) -> str:

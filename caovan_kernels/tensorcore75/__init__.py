@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from caovan_kernels import contract
 from caovan_kernels.vllm.settings import PluginConfigError
 
 from .cache import TaggedCache, hook_tag
 from .census import Census, Counts
-from .lines import status_line
 from .pipeline import KernelCompile
 from .seam import Seam, triton_keys_hook, version_tuple
 
@@ -54,7 +54,7 @@ class Status:
     detail: str
 
     def line(self) -> str:
-        return status_line(self.active, self.triton, self.mode, self.detail)
+        return contract.tensorcore75_status_line(self.active, self.triton, self.mode, self.detail)
 
 
 def _triton_version() -> str | None:
@@ -146,7 +146,7 @@ class TensorCore75:
         KernelCompile(backend, stages, options, RETARGET_INT8, self._on_fallback).install(stages)
 
     def _on_fallback(self, kernel: str, what: str) -> None:
-        self._log(f"[Caovan TensorCore75] {kernel}: retargeting refused ({what}); Triton's own lowering used")
+        self._log(f"{contract.TENSORCORE75} {kernel}: retargeting refused ({what}); Triton's own lowering used")
 
     def counts(self) -> Counts:
         return self.census.snapshot()

@@ -77,7 +77,7 @@ def test_census_counts_every_kernel_with_reasons(tmp_path: Path) -> None:
     lines = [line for line in out["log"] if "kernels=" in line]
     assert lines == [
         "[Caovan TensorCore75] kernels=1 retargeted=1 kept=0 ()",
-        "[Caovan TensorCore75] kernels=10 retargeted=5 kept=5 (fp32_dot=3 bf16_dot=1 no_dot=1)",
+        "[Caovan TensorCore75] kernels=10 retargeted=5 kept=5 (bf16_dot=1 fp32_dot=3 no_dot=1)",
     ]
     assert out["log"][0].startswith("[Caovan TensorCore75] ACTIVE triton=")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from caovan_kernels.tensorcore75.eligibility import Verdict, classify
-from caovan_kernels.tensorcore75.lines import count_line, status_line
 
 
 def _dot(a: str, b: str, extra: str = "") -> str:
@@ -37,10 +36,3 @@ def test_classify(ttir: str, verdict: Verdict) -> None:
 
 def test_int8_can_be_kept_off() -> None:
     assert classify(_dot("i8", "i8"), int8=False) == Verdict(False, "int8_dot")
-
-
-def test_lines() -> None:
-    assert count_line(43, {"no_dot": 21, "fp32_dot": 36}) == (
-        "[Caovan TensorCore75] kernels=100 retargeted=43 kept=57 (fp32_dot=36 no_dot=21)")
-    assert count_line(1, {}) == "[Caovan TensorCore75] kernels=1 retargeted=1 kept=0 ()"
-    assert status_line(False, "3.6.0", "auto", "why") == "[Caovan TensorCore75] off triton=3.6.0 mode=auto: why"

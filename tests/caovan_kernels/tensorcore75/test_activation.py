@@ -59,3 +59,19 @@ def test_status_line_only_when_the_decision_changes(hook) -> None:
 def test_unknown_mode_is_a_plugin_config_error(hook, bad) -> None:
     with pytest.raises(PluginConfigError, match="use auto .* off .* or force"):
         hook.activate(bad)
+
+
+def test_every_line_it_prints_is_read_back_by_the_contract(hook, monkeypatch) -> None:
+    """The real emitters (status and census) against the daemon's reading of them (caovan_kernels/contract.py)."""
+    from caovan_kernels import contract
+    from caovan_kernels.tensorcore75.pipeline import METADATA_KEY
+
+    hook.activate("off")
+    hook.activate("force")
+    for i, decision in enumerate(["mma:fp16"] * 4 + ["kept:fp32_dot"] * 5 + ["kept:no_dot"]):
+        hook.census.record({METADATA_KEY: decision, "name": f"k{i}"})
+    read = [contract.read_marker(line) for line in hook.lines]
+    assert [marker.kind for marker, _ in read] == [
+        "tensorcore75_status", "tensorcore75_status", "tensorcore75_kernels", "tensorcore75_kernels"]
+    assert [v["active"] for m, v in read if m.kind == "tensorcore75_status"] == [False, True]
+    assert read[-1][1] == {"total": 10, "retargeted": 4, "kept": 6, "kept_by_reason": {"fp32_dot": 5, "no_dot": 1}}
