@@ -84,8 +84,9 @@ class DaemonMetrics:
     def tensorcore75_changed(self, view: TensorCore75) -> None:
         self.tensorcore75_active.set(1 if view.status is not None and view.status.active else 0)
         self.tensorcore75_kernels.clear()  # kept reasons differ from run to run
-        # Nothing retargeted until a count line says otherwise (an engine without TensorCore75 prints none).
-        self.tensorcore75_kernels.labels("retargeted", "").set(view.kernels.retargeted if view.kernels else 0)
+        # Nothing retargeted until a count line says otherwise (an engine without TensorCore75 prints none). The
+        # reason is named because Prometheus drops empty labels and the dashboard's legend reads it.
+        self.tensorcore75_kernels.labels("retargeted", "tensor_cores").set(view.kernels.retargeted if view.kernels else 0)
         if view.kernels is not None:
             for reason, count in view.kernels.kept_by_reason.items():
                 self.tensorcore75_kernels.labels("kept", reason).set(count)
