@@ -14,6 +14,8 @@ import shlex
 import sys
 from collections.abc import Mapping
 
+from caovan_kernels.contract import decisions_line
+
 USAGE = """usage: caovan-vllm-serve MODEL [vllm serve arguments...]
 
 Start vLLM's OpenAI-compatible server for MODEL (a directory or a model name) with the launch profile applied
@@ -99,9 +101,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"caovan-vllm-serve: the first argument must be the model, got option {args[0]!r}\n\n{USAGE}",
               file=sys.stderr, end="")
         raise SystemExit(2)
-    model, vllm_args = args[0], args[1:]
-    env = dict(os.environ)
-    if env.get("CAOVAN_PROFILE", "1") != "0":
+    command, env = prepare(args[0], args[1:], dict(os.environ))
+    os.execve(command[0], command, env)
+
+
+def prepare(model: str, vllm_args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """Apply the profile and the plugin's configuration, print the decisions and the effective command (for people,
+    then once more as the contract's decisions line for the daemon); return vLLM's command and environment."""
+    decisions: list[tuple[str, str, str]] = []
+    profiled = env.get("CAOVAN_PROFILE", "1") != "0"
+    if profiled:
         from caovan_kernels.profile import InventoryError, ModelConfigError, ProfileError, apply_profile
 
         try:
@@ -112,14 +121,15 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None
         for decision in profile.decisions:
             print(f"caovan-vllm-serve: {decision.name} = {decision.value}: {decision.reason}", flush=True)
+            decisions.append((decision.name, decision.value, decision.reason))
         vllm_args = profile.args
-        env.update(profile.env)
+        env = {**env, **profile.env}
     vllm_args = inject_plugin_config(vllm_args, env)
-    env.update(plugin_env(vllm_args, env))
+    env = {**env, **plugin_env(vllm_args, env)}
     command = vllm_command(model, vllm_args)
     print(f"caovan-vllm-serve: {shlex.join(command)}", flush=True)
-    os.execve(command[0], command, env)
-
+    print(decisions_line(decisions, command, profiled), flush=True)
+    return command, env
 
 if __name__ == "__main__":
     main()

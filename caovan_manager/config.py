@@ -22,6 +22,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from caovan_kernels.contract import STALE_ENV_PREFIXES
+
 
 def default_cache_dir() -> Path:
     # CAOVAN_CACHE_DIR is the seed's variable; keep honouring it.
@@ -101,6 +103,9 @@ class LogSettings(BaseModel):
     max_bytes: int = Field(20_000_000, ge=1000)
     backups: int = Field(5, ge=0)
     ring_lines: int = Field(5000, ge=10)
+    keep_runs: int = Field(50, ge=1, description="Log files of this many most recent runs are kept; older deleted.")
+    console: bool = Field(False, description="Also write each engine line to the daemon's stderr as "
+                                             "`engine-<run> | <line>`, for journald (`caovan parse-log` reads it).")
 
 
 class Settings(BaseSettings):
@@ -226,13 +231,10 @@ def _explain(exc: ValidationError, config_file: Path | None) -> str:
 
 # The engine's environment ------------------------------------------------------------------------------------------
 
-STALE_PREFIXES = ("CAOVAN_FLASHQLA_",)
-
-
 def engine_environment(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
     """The engine's environment: the daemon's own, minus stale variables, plus the seed launch script's defaults."""
     env = {name: value for name, value in (os.environ if base is None else base).items()
-           if not name.startswith(STALE_PREFIXES) and not _is_daemon_variable(name)}
+           if not name.startswith(STALE_ENV_PREFIXES) and not _is_daemon_variable(name)}
     user = _user_name()
     cache = settings.engine.cache_dir
     defaults = {
@@ -269,34 +271,3 @@ def _user_name() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return str(os.getuid())
-
-
-SECRET_OPTIONS: tuple[str, ...] = ("--api-key", "--hf-token", "--token")
-
-
-def mask_command(command: list[str], secrets: list[str]) -> list[str]:
-    """The command as shown in /status and logs: values of secret options and any configured key replaced."""
-    masked: list[str] = []
-    hide_next = False
-    for part in command:
-        if hide_next:
-            masked.append("***")
-            hide_next = False
-            continue
-        option, sep, _ = part.partition("=")
-        if option in SECRET_OPTIONS:
-            if sep:
-                masked.append(f"{option}=***")
-            else:
-                masked.append(part)
-                hide_next = True
-            continue
-        masked.append(mask_text(part, secrets))
-    return masked
-
-
-def mask_text(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "***")
-    return text

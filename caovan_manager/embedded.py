@@ -1,28 +1,12 @@
-"""The embedded default: what runs when no model is given (vLLM's CPU build serving the trained demo model, MTP=3)."""
+"""The embedded default: what runs when no model is given (vLLM's CPU build serving the trained demo model).
+
+The values are the contract's (caovan_kernels.contract); the launch profile of `caovan-vllm-serve` adds what a CPU
+needs (bfloat16, MTP speculative decoding, no prefix caching), as it does for any model."""
 
 from __future__ import annotations
 
-import json
+from caovan_kernels.contract import EMBEDDED_SERVED_MODEL_NAME as SERVED_MODEL_NAME
+from caovan_kernels.contract import embedded_engine_args as engine_args
+from caovan_kernels.contract import embedded_engine_env as engine_env
 
-SERVED_MODEL_NAME = "caovan-demo"
-MTP_TOKENS = 3
-
-
-def engine_args() -> list[str]:
-    """vLLM arguments for the demo model on the CPU build.
-
-    bfloat16: the CPU GDN path accepts nothing else. No prefix caching: with MTP it reaches a Triton-only kernel on
-    CPU and crashes."""
-    spec = {"method": "mtp", "num_speculative_tokens": MTP_TOKENS}
-    return [
-        "--served-model-name", SERVED_MODEL_NAME,
-        "--dtype", "bfloat16",
-        "--max-model-len", "2048",
-        "--speculative-config", json.dumps(spec, separators=(",", ":")),
-        "--no-enable-prefix-caching",
-    ]
-
-
-def engine_env() -> dict[str, str]:
-    # KV cache memory of the CPU build, in GiB; the demo model needs little.
-    return {"VLLM_CPU_KVCACHE_SPACE": "1"}
+__all__ = ["SERVED_MODEL_NAME", "engine_args", "engine_env"]

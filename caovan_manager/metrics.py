@@ -12,6 +12,7 @@ from caovan_manager.engine.gpu import gpu_samples
 from caovan_manager.logwatch import events as log
 from caovan_manager.supervisor.effects import RESTART_CAUSES
 from caovan_manager.supervisor.machine import MARKER_KINDS as MARKERS
+from caovan_manager.supervisor.machine import TensorCore75
 from caovan_manager.supervisor.messages import State
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -44,6 +45,11 @@ class DaemonMetrics:
         self.marker = Gauge("caovan_plugin_marker_active", "1 once the plugin printed this marker in the current run",
                             ["marker"], registry=r)
         self.plugin = Info("caovan_plugin", "Plugin version of the running engine", registry=r)
+        self.tensorcore75_active = Gauge("caovan_tensorcore75_active", "1 while an engine process reports "
+                                         "TensorCore75 (sm_75 tensor-core retargeting) ACTIVE", registry=r)
+        self.tensorcore75_kernels = Gauge("caovan_tensorcore75_kernels", "Kernels compiled by the engine process "
+                                          "with the most: retargeted to tensor cores, or kept on FMA by reason",
+                                          ["decision", "reason"], registry=r)
         self.proxy_requests = Counter("caovan_proxy_requests", "Proxied requests by endpoint and status",
                                       ["endpoint", "status"], registry=r)
         self.proxy_latency = Histogram("caovan_proxy_request_duration_seconds", "Whole proxied request",
@@ -73,6 +79,17 @@ class DaemonMetrics:
         for marker in MARKERS:
             self.marker.labels(marker).set(0)
         self.plugin.info({"version": version_label})
+        self.tensorcore75_changed(TensorCore75())
+
+    def tensorcore75_changed(self, view: TensorCore75) -> None:
+        self.tensorcore75_active.set(1 if view.status is not None and view.status.active else 0)
+        self.tensorcore75_kernels.clear()  # kept reasons differ from run to run
+        # Nothing retargeted until a count line says otherwise (an engine without TensorCore75 prints none). The
+        # reason is named because Prometheus drops empty labels and the dashboard's legend reads it.
+        self.tensorcore75_kernels.labels("retargeted", "tensor_cores").set(view.kernels.retargeted if view.kernels else 0)
+        if view.kernels is not None:
+            for reason, count in view.kernels.kept_by_reason.items():
+                self.tensorcore75_kernels.labels("kept", reason).set(count)
 
     def log_event(self, event: log.LogEvent) -> None:
         if isinstance(event, log.Throughput):

@@ -19,6 +19,8 @@ CREATE TABLE IF NOT EXISTS activations (
     outcome TEXT NOT NULL, reason TEXT NOT NULL, details TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT);
 """
+# Rows kept per history table: the file stays bounded however long the daemon runs and however often it restarts.
+RETAIN = 1000
 
 
 class Store:
@@ -42,6 +44,8 @@ class Store:
     def record_run(self, run_id: int, version: str | None) -> None:
         self._db.execute("INSERT OR REPLACE INTO runs (run_id, version, started_at) VALUES (?, ?, ?)",
                          (run_id, version, time.time()))
+        # Only ended runs go: an unfinished one may be an engine left by a dead daemon, still to be reaped.
+        self._db.execute("DELETE FROM runs WHERE run_id <= ? AND ended_at IS NOT NULL", (run_id - RETAIN,))
 
     def record_run_end(self, run_id: int, returncode: int | None, reason: str) -> None:
         self._db.execute("UPDATE runs SET ended_at = ?, returncode = ?, reason = ? WHERE run_id = ?",
@@ -62,6 +66,7 @@ class Store:
     def record_restart(self, run_id: int | None, cause: str, reason: str) -> None:
         self._db.execute("INSERT INTO restarts (at, run_id, cause, reason) VALUES (?, ?, ?, ?)",
                          (time.time(), run_id, cause, reason))
+        self._trim("restarts")
 
     def restarts(self, limit: int = 50) -> list[dict[str, Any]]:
         return self._rows("SELECT * FROM restarts ORDER BY id DESC LIMIT ?", limit)
@@ -73,6 +78,7 @@ class Store:
         self._db.execute(
             "INSERT INTO activations (at, from_version, to_version, outcome, reason, details) VALUES (?,?,?,?,?,?)",
             (time.time(), from_version, to_version, outcome, reason, json.dumps(details)))
+        self._trim("activations")
 
     def activations(self, limit: int = 50) -> list[dict[str, Any]]:
         rows = self._rows("SELECT * FROM activations ORDER BY id DESC LIMIT ?", limit)
@@ -86,6 +92,9 @@ class Store:
 
     def save_active_version(self, version: str | None) -> None:
         self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('active_version', ?)", (version,))
+
+    def _trim(self, table: str) -> None:
+        self._db.execute(f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (RETAIN,))
 
     def _rows(self, sql: str, *params: Any) -> list[dict[str, Any]]:
         return [dict(row) for row in self._db.execute(sql, params).fetchall()]

@@ -1,9 +1,10 @@
 #!/bin/sh
-# Installs what the web tests drive: Debian's Chromium with its matching chromedriver (the browser test) and
-# Prometheus (the scrape test). Idempotent and quick: does nothing when all three are present.
+# Installs what the tests drive: Debian's Chromium with its matching chromedriver (the browser test),
+# Prometheus (the scrape test) and systemd (systemd-analyze checks the service unit). Idempotent and quick: does
+# nothing when all are present.
 set -eu
 
-PACKAGES="chromium chromium-driver prometheus"
+PACKAGES="chromium chromium-driver prometheus systemd"
 
 missing=""
 for package in $PACKAGES; do

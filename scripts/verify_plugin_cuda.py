@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from caovan_kernels.vllm.activity import DEVICE_STEPS, DISPATCH, REAL_PREFILL  # noqa: E402
+from caovan_kernels.contract import DEVICE_STEPS, DISPATCH, REAL_PREFILL  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
 from tests.support.engine import start_engine, stop_engine  # noqa: E402

@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -34,9 +33,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from caovan_kernels import contract  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
-from tests.support.engine import Engine, free_port  # noqa: E402
+from tests.support.engine import Engine, _group_alive, free_port  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
 
 MAX_TOKENS = 128
@@ -59,7 +59,7 @@ def start(name: str, model: Path, out_dir: Path) -> None:
     config = {"caovan": True, "caovan_mode": "off", "caovan_turing_mma": "auto" if name == "on" else "off",
               "gdn_prefill_backend": "triton"}
     port = free_port()
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": embedded.MTP_TOKENS})
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": contract.MTP_DEFAULT})
     args = ["--served-model-name", embedded.SERVED_MODEL_NAME, "--speculative-config", spec,
             "--no-enable-prefix-caching", *ENGINE_ARGS, "--additional-config", json.dumps(config)]
     command = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
@@ -75,21 +75,13 @@ def start(name: str, model: Path, out_dir: Path) -> None:
     print(f"{name}: engine pid {process.pid} on port {port}, log {files['log']}")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
 def _stop(pid: int) -> None:
-    if _alive(pid):
+    if _group_alive(pid):
         os.killpg(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
+    while _group_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if _alive(pid):
+    if _group_alive(pid):
         os.killpg(pid, signal.SIGKILL)
 
 
@@ -119,7 +111,7 @@ def serve(name: str, out_dir: Path, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     ready = None
     while time.monotonic() < deadline:
-        if not _alive(meta["pid"]):
+        if not _group_alive(meta["pid"]):
             print(f"{name}: the engine exited before it was ready; log tail:\n{files['log'].read_text()[-3000:]}")
             return 1
         try:
@@ -160,13 +152,16 @@ def compare(out_dir: Path) -> tuple[bool, str]:
             "on": _paths(out_dir, "on")["log"].read_text(errors="replace")}
     runs = {n: GreedyRun(d["tokens"], d["acceptance"]) for n, d in data.items()}
     problems = divergences(EVAL_PROMPTS, runs["off"], runs["on"])
-    active = re.findall(r"\[Caovan TensorCore75\] ACTIVE .*", logs["on"])
-    counts = re.findall(r"\[Caovan TensorCore75\] kernels=\d+ .*", logs["on"])
+    def lines(name: str, marker: contract.Marker) -> list[tuple[str, dict]]:
+        return [(line, v) for line in logs[name].splitlines() if (v := marker.read(line)) is not None]
+
+    active = [line for line, v in lines("on", contract.TENSORCORE75_STATUS) if v["active"]]
+    counts = [line for line, _ in lines("on", contract.TENSORCORE75_KERNELS)]
     if not active or not counts:
         problems.append("the hook-on engine log lacks the TensorCore75 ACTIVE line or its kernel counts")
-    if "[Caovan TensorCore75] ACTIVE" in logs["off"]:
+    if any(v["active"] for _, v in lines("off", contract.TENSORCORE75_STATUS)):
         problems.append("the hook-off engine ran TensorCore75")
-    for marker in ("Caovan vLLM SM75 Turbo3 external plugin", "[Caovan Turing proxy]"):
+    for marker in (contract.PLUGIN_NAME, contract.TURING_PROXY):
         if marker not in logs["on"] or (marker not in logs["off"] and base == "off"):
             problems.append(f"marker missing from an engine log: {marker}")
     v = data["on"]["versions"]

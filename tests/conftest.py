@@ -11,11 +11,43 @@ import torch
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 
+import random
+
+import hypothesis
 import pytest
 
 from caovan_manager import embedded
 from caovan_manager.demo import build
 from tests.support.engine import Engine, start_engine, stop_engine
+
+
+# Random inputs are replayable: one seed per run, printed in the header; `--hypothesis-seed=N` replays run N. No
+# example database (it would write .hypothesis/ into the checkout and replay old inputs silently); no deadline (a
+# 2-core CI machine shared with an engine is slow at times: a hang is caught by the tests' own time bounds).
+hypothesis.settings.register_profile("caovan", database=None, deadline=None, print_blob=True)
+hypothesis.settings.load_profile("caovan")
+
+
+SEED_KEY = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    seed = config.getoption("hypothesis_seed", None)
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+        config.option.hypothesis_seed = seed
+        hypothesis.core.global_force_seed = seed  # the plugin read the option before this hook ran
+    config.stash[SEED_KEY] = seed
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"random seed: {config.stash[SEED_KEY]} (replay with --hypothesis-seed={config.stash[SEED_KEY]})"
+
+
+@pytest.fixture(scope="session")
+def random_seed(pytestconfig: pytest.Config) -> int:
+    """The run's seed, for tests that draw random inputs without hypothesis."""
+    return int(pytestconfig.stash[SEED_KEY])
 
 
 @pytest.fixture

@@ -7,13 +7,6 @@ import { LineChart } from "./chart.js";
 const $ = (id) => document.getElementById(id);
 const WINDOW_S = 600;
 const LOG_LINES = 800;
-const MARKERS = [
-  ["plugin_banner", "Plugin banner", (v) => `v${v}`],
-  ["plugin_mode", "caovan_mode", (v) => v],
-  ["plugin_mtp", "speculative MTP", (v) => `n=${v}`],
-  ["plugin_real_prefill", "GDNCore real prefill", () => "active"],
-  ["plugin_dispatch", "Turbo3 dispatch", () => "confirmed"],
-];
 
 const percent = (v) => `${(v * 100).toFixed(0)}%`;
 const charts = {
@@ -85,14 +78,15 @@ function renderStatus(doc) {
   $("plugin-running").textContent = doc.plugin.running_version ? `v${doc.plugin.running_version}` : "no banner yet";
   $("plugin-active").textContent = doc.plugin.active_version ?? "bundled";
   $("plugin-bundled").textContent = `v${doc.plugin.bundled_version}`;
-  $("markers").replaceChildren(...MARKERS.map(([kind, label, describe]) => {
+  // The markers, their names and their wording come from the daemon (the engine-daemon contract), in its order.
+  $("markers").replaceChildren(...(doc.marker_list ?? []).map((marker) => {
     const item = document.createElement("li");
-    const value = doc.markers?.[kind];
-    item.dataset.marker = kind;
-    item.dataset.seen = String(value !== undefined);
-    item.textContent = value !== undefined ? `${label}: ${describe(value)}` : `${label}: not seen in this run`;
+    item.dataset.marker = marker.kind;
+    item.dataset.seen = String(marker.seen);
+    item.textContent = `${marker.label}: ${marker.seen ? marker.text : "not seen in this run"}`;
     return item;
   }));
+  renderTensorCore75(doc.tensorcore75);
   const act = doc.activation;
   $("activation").textContent = act
     ? `activation ${act.from_version ?? "bundled"} → ${act.to_version ?? "bundled"}: ${act.phase}` : "";
@@ -101,6 +95,20 @@ function renderStatus(doc) {
   for (const [kind, sample] of Object.entries(doc.latest ?? {})) {
     if (kind === "spec_decode") renderPositions(sample);
   }
+}
+
+/** TensorCore75: ACTIVE or off (with why), and the kernel counts of the engine process that compiled the most. */
+function renderTensorCore75(tc) {
+  const state = $("tc75-state");
+  state.dataset.state = tc?.state ?? "none";
+  state.textContent = tc?.state
+    ? `${tc.state === "active" ? "ACTIVE" : "off"} (triton ${tc.triton}, mode ${tc.mode}): ${tc.detail}`
+    : "not reported by this engine";
+  const k = tc?.kernels;
+  const kept = k ? Object.entries(k.kept_by_reason).map(([reason, n]) => `${reason} ${n}`).join(", ") : "";
+  $("tc75-kernels").textContent = k
+    ? `${k.retargeted} of ${k.total} retargeted to tensor cores, ${k.kept} kept on FMA${kept ? ` (${kept})` : ""}`
+    : "–";
 }
 
 function tickUptimes() {

@@ -8,9 +8,9 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .report import Check, Status
+from caovan_kernels.contract import STALE_ENV_PREFIXES
 
-STALE_PREFIX = "CAOVAN_FLASHQLA_"
+from .report import Check, Status
 
 
 def cache_dirs() -> list[tuple[str, Path, bool]]:
@@ -57,9 +57,9 @@ def check_cache_dirs() -> list[Check]:
 
 
 def check_stale_flashqla() -> list[Check]:
-    stale = sorted(v for v in os.environ if v.startswith(STALE_PREFIX))
+    stale = sorted(v for v in os.environ if v.startswith(STALE_ENV_PREFIXES))
     if not stale:
-        return [Check("flashqla-env", "stale FlashQLA variables", Status.PASS, f"no {STALE_PREFIX}* set")]
+        return [Check("flashqla-env", "stale FlashQLA variables", Status.PASS, "no " + ", ".join(f"{prefix}*" for prefix in STALE_ENV_PREFIXES) + " set")]
     return [Check("flashqla-env", "stale FlashQLA variables", Status.WARN,
                   f"set: {', '.join(stale)} (the seed's FlashQLA path is gone; Caovan ignores them)",
                   f"remove them: unset {' '.join(stale)}")]

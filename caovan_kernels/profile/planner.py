@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from caovan_kernels.contract import MTP_DEFAULT
+
 from . import memory as mem
 from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
 from .launch_profile import Decision, LaunchProfile
@@ -19,7 +21,6 @@ from .vllm_abilities import VllmAbilities, detect_vllm
 DEFAULT_MAX_NUM_SEQS = 4  # a few concurrent chats on a home server; pin --max-num-seqs for more
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # prefill chunk; bounds the activation peak AutoMem counts
 MIN_CONTEXT = 4096  # shortest context worth serving; below it AutoSpec drafts fewer tokens
-MTP_DEFAULT = 3
 MTP_MAX = 4
 MTP_MAX_POOL_MARGIN_PCT = 10  # MTP=4 only if the full context for every sequence leaves this much of the pool free
 MAX_GPU_MEMORY_UTILIZATION_PCT = 95

@@ -8,35 +8,31 @@ reports; the plugin calls it in every vLLM process, the doctor and the tools cal
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from caovan_kernels import contract
 from caovan_kernels.vllm.settings import PluginConfigError
 
 from .cache import TaggedCache, hook_tag
 from .census import Census, Counts
-from .lines import status_line
 from .pipeline import KernelCompile
-from .seam import Seam, triton_keys_hook
+from .seam import Seam, triton_keys_hook, version_tuple
 
 MODES = ("auto", "off", "force")
 TURING = 75
 # Triton releases whose sm_75 pipeline this was checked against (tests/sm75/test_triton_versions.py); others are
 # left alone: their lowering may differ in ways the rewrite does not expect.
 TESTED_TRITON = ((3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9))
-# int8 dots (mma.sync m8n8k16) are retargeted too: checked against integer matmuls on the Turing proxy.
+# int8 dots go to mma.sync m8n8k16: exact against torch on the Turing proxy (scripts/check_turing_mma_probes.py,
+# 2026-12-01), where Triton's own sm_75 lowering cannot compile them at all.
 RETARGET_INT8 = True
 
 
 class TuringMmaConfigError(PluginConfigError):
     """A caovan_turing_mma / CAOVAN_TURING_MMA value that is not a mode."""
-
-
-ENV = "CAOVAN_TURING_MMA"
-CONFIG_KEY = "caovan_turing_mma"
 
 
 def validate_mode(value: str, where: str) -> str:
@@ -58,7 +54,7 @@ class Status:
     detail: str
 
     def line(self) -> str:
-        return status_line(self.active, self.triton, self.mode, self.detail)
+        return contract.tensorcore75_status_line(self.active, self.triton, self.mode, self.detail)
 
 
 def _triton_version() -> str | None:
@@ -67,11 +63,6 @@ def _triton_version() -> str | None:
     except ImportError:
         return None
     return triton.__version__
-
-
-def _version_tuple(version: str) -> tuple[int, int]:
-    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
-    return major, minor
 
 
 def sm75_compile_target() -> tuple[bool, str]:
@@ -133,7 +124,7 @@ class TensorCore75:
             return Status(False, mode, "none", "Triton is not importable")
         if mode == "off":
             return Status(False, mode, version, "caovan_turing_mma=off: Triton's own lowering (FMA dots on sm_75)")
-        if _version_tuple(version) not in TESTED_TRITON:
+        if version_tuple(version) not in TESTED_TRITON:
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TRITON)
             return Status(False, mode, version, f"Triton {version} is outside the tested set ({tested}): left alone")
         if mode == "auto":
@@ -155,7 +146,7 @@ class TensorCore75:
         KernelCompile(backend, stages, options, RETARGET_INT8, self._on_fallback).install(stages)
 
     def _on_fallback(self, kernel: str, what: str) -> None:
-        self._log(f"[Caovan TensorCore75] {kernel}: retargeting refused ({what}); Triton's own lowering used")
+        self._log(f"{contract.TENSORCORE75} {kernel}: retargeting refused ({what}); Triton's own lowering used")
 
     def counts(self) -> Counts:
         return self.census.snapshot()

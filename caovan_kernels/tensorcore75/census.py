@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lines import count_line
+from caovan_kernels import contract
+
 from .pipeline import METADATA_KEY, parse_decision
 
 
@@ -73,7 +74,8 @@ class Census:
             else:
                 self._counts.kept[reason] += 1
             self._counts.by_kernel[str(metadata.get("name", "?"))] = decision
-            line = count_line(self._counts.retargeted, dict(self._counts.kept)) if _is_milestone(self._counts.total) else None
+            line = (contract.tensorcore75_count_line(self._counts.retargeted, dict(self._counts.kept))
+                    if _is_milestone(self._counts.total) else None)
         if line:
             self._log(line)
 

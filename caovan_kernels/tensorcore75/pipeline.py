@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .eligibility import classify
-from .retarget import RetargetRefused, check_llir, parse_ttir, turing_mma_ttgir
+from .retarget import RetargetRefused, check_llir, parse_module, turing_mma_ttgir
 
 METADATA_KEY = "caovan_tc75"
 # A block may use at most 64 KB of shared memory on Turing: a retargeted kernel that needs more would not launch
@@ -94,7 +94,7 @@ class KernelCompile:
         text, self.ttir_text = self.ttir_text, None
         metadata[METADATA_KEY] = decision_text(False, "fallback")
         self.on_fallback(self.kernel, what)
-        out = parse_ttir(text, self.context)
+        out = parse_module(text, self.context)
         for name in _ORDER[: _ORDER.index(upto) + 1]:
             out = self.stock[name](out, metadata)
         return out

@@ -49,10 +49,11 @@ class RetargetRefused(Exception):
         self.what = what
 
 
-def _parse(text: str, context: Any) -> Any:
+def parse_module(text: str, context: Any) -> Any:
+    """An MLIR module (TTIR or TTGIR) from its text; the stock lowering needs a fresh TTIR after a failed retarget.
+    Triton parses MLIR from a file only."""
     from triton._C.libtriton import ir
 
-    # Triton parses MLIR from a file only.
     with tempfile.NamedTemporaryFile("w", suffix=".ttgir", delete=False) as handle:
         handle.write(text)
     try:
@@ -61,11 +62,6 @@ def _parse(text: str, context: Any) -> Any:
         os.unlink(handle.name)
     module.context = context
     return module
-
-
-def parse_ttir(text: str, context: Any) -> Any:
-    """A fresh TTIR module from its text (the stock lowering needs an unlowered module after a failed retarget)."""
-    return _parse(text, context)
 
 
 def turing_mma_ttgir(backend: Any, ttir: Any, metadata: dict, options: Any) -> Any:
@@ -81,7 +77,7 @@ def turing_mma_ttgir(backend: Any, ttir: Any, metadata: dict, options: Any) -> A
     if targets != 1:
         raise RetargetRefused(f"{targets} target attributes in the TTGIR (expected 1)")
     text = _MMA_V2_0.sub(r"\g<1>1", text)
-    return _parse(text, ttir.context)
+    return parse_module(text, ttir.context)
 
 
 def check_llir(llir: str) -> None:

@@ -11,20 +11,24 @@ cache and the JIT's in-memory one): ours answers with its tag, joined with the e
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from typing import Any
 
 StagesHook = Callable[[Any, dict, Any, Any, int], None]  # (backend, stages, options, language, capability)
 
 
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a Triton version string ("3.6.0", "3.7.0+git...")."""
+    major, minor = (int(x) for x in re.findall(r"\d+", version)[:2])
+    return major, minor
+
+
 def triton_keys_hook() -> bool:
     """Whether this Triton asks the stage hook for a cache-key share (3.7+); before, the key never sees a hook."""
-    import re
-
     import triton
 
-    major, minor = (int(x) for x in re.findall(r"\d+", triton.__version__)[:2])
-    return (major, minor) >= (3, 7)
+    return version_tuple(triton.__version__) >= (3, 7)
 
 
 class Seam:

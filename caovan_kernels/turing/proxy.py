@@ -21,6 +21,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from caovan_kernels import contract
+
 from .device_view import RTX_2080_TI, DeviceView, present_to_torch
 
 ENV = "CAOVAN_TURING_PROXY"
@@ -105,4 +107,4 @@ def enable_from_env() -> str | None:
     enable(RTX_2080_TI if triton_view else None, torch_view)
     view = (f"device view {RTX_2080_TI.name}" + ("" if torch_view else " for Triton's launch limits only")
             if triton_view else "real device view")
-    return f"[Caovan Turing proxy] sm_75 code path on this GPU (TRITON_OVERRIDE_ARCH=sm75, {view})"
+    return contract.turing_proxy_line(view)

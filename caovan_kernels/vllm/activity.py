@@ -14,11 +14,9 @@ import time
 
 import torch
 
-from .markers import emit_once, log
+from caovan_kernels.contract import DISPATCH, REAL_PREFILL, device_steps_line, kernel_calls_line
 
-REAL_PREFILL = "[Caovan GDNCore] ACTIVE REAL PREFILL"
-DISPATCH = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
-DEVICE_STEPS = "[Caovan GDNCore] decode steps on the GPU"
+from .markers import emit_once, log
 _WATCH_INTERVAL_S = 0.5
 
 _calls = {"prefill": 0, "decode": 0}
@@ -35,8 +33,7 @@ def record(kind: str) -> None:
     _calls[kind] += 1
     emit_once(REAL_PREFILL if kind == "prefill" else DISPATCH)
     if _is_milestone(_calls[kind]):
-        decode = _calls["decode"] if _device_steps is None else "counted on the GPU"
-        log(f"[Caovan GDNCore] kernel calls: prefill={_calls['prefill']} decode={decode}")
+        log(kernel_calls_line(_calls["prefill"], _calls["decode"] if _device_steps is None else None))
 
 
 def claim_device_counter(device: torch.device) -> torch.Tensor | None:
@@ -83,4 +80,4 @@ def _watch_device_steps(counter: torch.Tensor) -> None:
         reached = 10 ** (len(str(steps)) - 1) if steps > 0 else 0  # a line per power of ten reached
         if reached > logged:
             logged = reached
-            log(f"{DEVICE_STEPS}: {steps} (first GDN layer, CUDA graph replays included)")
+            log(device_steps_line(steps))

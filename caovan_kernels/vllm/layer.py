@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from vllm.utils.torch_utils import LayerNameType  # the op schema's layer-name type differs across vLLM builds
 
-from caovan_kernels import tensorcore75
+from caovan_kernels import contract, tensorcore75
 
 from . import activity
 from .gdn_core import run_gdn_core
@@ -36,11 +36,11 @@ def _decide(settings: PluginSettings, on_cuda: bool) -> tuple[bool, str]:
 
 
 def _announce(settings: PluginSettings, vllm_config: Any, active: bool, reason: str) -> None:
-    emit_once(f"caovan_mode={settings.mode}")
+    emit_once(contract.mode_line(settings.mode))
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None and getattr(spec, "method", None) in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
-        emit_once(f"speculative_config=auto MTP={spec.num_speculative_tokens}")
-    emit_once(f"[Caovan GDNCore] {'kernels active' if active else 'kernels not used'}: {reason}")
+        emit_once(contract.mtp_line(spec.num_speculative_tokens))
+    emit_once(contract.gdncore_line(active, reason))
 
 
 def _forward_metadata(prefix: str) -> Any:

@@ -1,4 +1,4 @@
-"""The log lines users grep for, printed exactly so, once per process each."""
+"""The log lines users grep for, printed exactly so, once per process each (texts: caovan_kernels.contract)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import logging
 import sys
 
 from caovan_kernels import __version__
+from caovan_kernels.contract import banner_line
 
-BANNER = f"Caovan vLLM SM75 Turbo3 external plugin v{__version__}"
+BANNER = banner_line(__version__)
 
 _printed: set[str] = set()
 _logger = logging.getLogger("caovan")

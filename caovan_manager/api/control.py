@@ -8,7 +8,12 @@ from pydantic import BaseModel, Field
 
 from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, StopCommand
 
+from .schemas import UNAUTHORIZED, ControlResult
 from .security import require_admin
+
+# What the supervisor answered: 202 accepted, 409 refused in the current state, 400 refused.
+DECISION = {"status_code": 202, "response_model": ControlResult,
+            "responses": {400: {"model": ControlResult}, 409: {"model": ControlResult}, **UNAUTHORIZED}}
 
 router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
 
@@ -19,22 +24,23 @@ class ControlRequest(BaseModel):
 
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
-    outcome = await daemon.supervisor.command(command)
+    outcome = await daemon.supervisor.command(daemon.masker.deep(command))  # its reason is recorded and shown
     code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
     return JSONResponse({"accepted": outcome.accepted, "message": outcome.message,
                          "state": daemon.machine.state.value}, status_code=code)
 
 
-@router.post("/start", summary="Start the engine (also out of `failed`)")
+@router.post("/start", summary="Start the engine (also out of `failed`)", **DECISION)
 async def start(request: Request, body: ControlRequest | None = None) -> JSONResponse:
     return await decide(request, StartCommand((body and body.reason) or "start requested"))
 
 
-@router.post("/stop", summary="Drain in-flight requests, then stop the engine")
+@router.post("/stop", summary="Drain in-flight requests, then stop the engine", **DECISION)
 async def stop(request: Request, body: ControlRequest | None = None) -> JSONResponse:
     return await decide(request, StopCommand((body and body.reason) or "stop requested"))
 
 
-@router.post("/restart", summary="Drain in-flight requests (up to the drain timeout), then restart the engine")
+@router.post("/restart", summary="Drain in-flight requests (up to the drain timeout), then restart the engine",
+             **DECISION)
 async def restart(request: Request, body: ControlRequest | None = None) -> JSONResponse:
     return await decide(request, RestartCommand((body and body.reason) or "restart requested"))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,11 +14,12 @@ from typing import Any
 import httpx
 
 import caovan_kernels
-from caovan_manager.config import Settings, mask_command
+from caovan_manager.config import Settings, engine_environment
 from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.engine.launch import EngineTarget, resolve_target
 from caovan_manager.engine.process import kill_orphaned_engine
 from caovan_manager.logwatch.sink import LogSink
+from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
@@ -40,8 +43,9 @@ class Daemon:
         settings.state_dir.mkdir(parents=True, exist_ok=True)
         self.store = Store(settings.database_path)
         self.plugins = PluginStore(settings.plugin_store_dir)
+        self.masker = Masker(settings.secrets())
         self.sink = LogSink(settings.log_dir, settings.logs.max_bytes, settings.logs.backups, settings.logs.ring_lines,
-                            settings.secrets())
+                            self.masker, settings.logs.keep_runs, sys.stderr if settings.logs.console else None)
         self.metrics = DaemonMetrics()
         self.events: Broadcaster[dict[str, Any]] = Broadcaster()
         self.gate: Gate | None = None
@@ -64,12 +68,13 @@ class Daemon:
         await asyncio.to_thread(self.reap_orphans)
         if self.target is None:
             self.target = await asyncio.to_thread(resolve_target, self.settings, log)
+        self.masker.add_engine(self.target.args, engine_environment(self.settings, {**self.target.env, **os.environ}))
         active = self.store.active_version()
         if active is not None and not self.plugins.has(active):
             logger.warning("the active plugin version %s is no longer in the store; using the bundled plugin", active)
             active = None
         self.effects = EngineEffects(self.settings, self.target, self.supervisor.post, self.sink, self.gate,
-                                     self.store, self.plugins.site_dir, self.metrics, self.events)
+                                     self.store, self.plugins.site_dir, self.metrics, self.events, self.masker)
         self.relay.start(self.gate, self.effects.engine_headers)
         machine = Machine(self.effects, self.settings.supervisor, self.settings.plugins, time.monotonic,
                           bundled_version=self.bundled_version, active_version=active,
@@ -120,10 +125,17 @@ class Daemon:
                 run.process.signal_group(signal.SIGKILL)
 
     def effective_command(self) -> list[str]:
+        """vLLM's command as `caovan-vllm-serve` ran it (the profile applied); until its decisions line arrives, the
+        daemon's own launch command."""
+        run = self.machine.run if self.machine else None
+        if run and run.launch:
+            return list(run.launch.command)
+        return self.launch_command()
+
+    def launch_command(self) -> list[str]:
         run = self.machine.run if self.machine else None
         if run and run.command:
             return run.command
         if self.target is None:
             return []
-        return mask_command(["python", "-m", "caovan_kernels.serve", self.target.model, *self.target.args],
-                            self.settings.secrets())
+        return self.masker.command(["python", "-m", "caovan_kernels.serve", self.target.model, *self.target.args])

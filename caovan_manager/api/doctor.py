@@ -40,6 +40,7 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
                 "checks": daemon_checks(daemon)}
     site = daemon.plugins.site_dir(daemon.machine.active_version)
     spec = build_launch(daemon.settings, daemon.target, 0, daemon.settings.state_dir / "run", site)
+    spec.cwd.mkdir(parents=True, exist_ok=True)  # the engine's run folder: absent until its first start
     process = await asyncio.create_subprocess_exec(
         executable, "--json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=spec.env,
         cwd=spec.cwd, start_new_session=True)
@@ -51,7 +52,7 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
         return {"source": DOCTOR_COMMAND, "error": f"{DOCTOR_COMMAND} did not finish within {DOCTOR_TIMEOUT_S} s",
                 "checks": daemon_checks(daemon)}
     try:
-        report = json.loads(out)
+        report = json.loads(daemon.masker.text(out.decode(errors="replace")))
     except ValueError:
         return {"source": DOCTOR_COMMAND, "error": f"{DOCTOR_COMMAND} exited with {process.returncode} without a "
                                                    f"JSON report: {err.decode(errors='replace')[-1500:]}",

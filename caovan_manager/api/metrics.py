@@ -6,17 +6,22 @@ import httpx
 from fastapi import APIRouter, Depends, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from .schemas import TEXT, UNAUTHORIZED
 from .security import require_metrics_access
 
 router = APIRouter(tags=["metrics"], dependencies=[Depends(require_metrics_access)])
 
 
-@router.get("/metrics", summary="Prometheus: caovan_* series of the daemon")
+@router.get("/metrics", summary="Prometheus: caovan_* series of the daemon", response_class=Response,
+            responses={200: TEXT, **UNAUTHORIZED})
 async def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.daemon.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/metrics/engine", summary="Prometheus: the engine's own vllm:* page, passed through unchanged")
+@router.get("/metrics/engine", summary="Prometheus: the engine's own vllm:* page, passed through unchanged",
+            response_class=Response, responses={
+                200: TEXT, **UNAUTHORIZED, 502: {**TEXT, "description": "the engine's /metrics did not answer"},
+                503: {**TEXT, "description": "the engine is not ready"}})
 async def engine_metrics(request: Request) -> Response:
     daemon = request.app.state.daemon
     upstream = daemon.gate.upstream if daemon.gate.mode == "open" else None

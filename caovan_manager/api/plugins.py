@@ -7,10 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 
-from caovan_manager.plugins.store import PluginStoreError
+from caovan_manager.plugins.store import PluginStoreError, UnknownVersion
 from caovan_manager.supervisor.messages import ActivateCommand
 
 from .control import decide
+from .schemas import UNAUTHORIZED, ControlResult, Problem
 from .security import require_admin
 
 router = APIRouter(tags=["plugins"])
@@ -36,7 +37,10 @@ async def list_plugins(request: Request) -> dict[str, Any]:
 
 @router.post("/plugins/{version}/activate", dependencies=[Depends(require_admin)],
              summary="Drain, restart on this version, verify it; roll back automatically if it is worse",
-             responses={404: {"description": "not installed"}, 409: {"description": "engine not ready or busy"}})
+             status_code=202, response_model=ControlResult,
+             responses={400: {"model": Problem, "description": "not a valid version name"},
+                        404: {"model": Problem, "description": "not installed"},
+                        409: {"model": ControlResult, "description": "engine not ready, or busy"}, **UNAUTHORIZED})
 async def activate(request: Request, version: str = Path(..., max_length=64,
                                                         description="A store version, or `bundled`.")) -> JSONResponse:
     daemon = request.app.state.daemon
@@ -44,7 +48,8 @@ async def activate(request: Request, version: str = Path(..., max_length=64,
     if target is not None:
         try:
             daemon.plugins.site_dir(target)
+        except UnknownVersion as exc:
+            raise HTTPException(404, detail=str(exc)) from None
         except PluginStoreError as exc:
-            status = 404 if "not installed" in str(exc) else 400
-            raise HTTPException(status, detail=str(exc)) from None
+            raise HTTPException(400, detail=str(exc)) from None
     return await decide(request, ActivateCommand(target))

@@ -9,9 +9,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from caovan_kernels import contract
+from caovan_manager.supervisor.machine import Run
 from caovan_manager.supervisor.messages import State
 
 from .daemon import Daemon
+from .schemas import Health, Readiness, StatusDocument
 
 router = APIRouter(tags=["status"])
 
@@ -39,17 +42,21 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "model": daemon.target.model if daemon.target else daemon.settings.engine.model,
         "embedded_default": bool(daemon.target and daemon.target.embedded),
         "command": daemon.effective_command(),
+        "launch": launch_document(run, daemon.launch_command()),
         "plugin": {
             "active_version": m.active_version,
             "bundled_version": daemon.bundled_version,
-            "running_version": run.markers.get("plugin_banner") if run else None,
+            "running_version": run.banner_version if run else None,
         },
-        "markers": dict(run.markers) if run else {},
+        "markers": run.marker_values() if run else {},
+        "marker_list": marker_list(run),
+        "tensorcore75": tensorcore75_document(run),
         "latest": {kind: event.to_json() for kind, event in m.latest.items()},
         "restarts": m.restarts,
         "recent_restarts": [{key: row[key] for key in ("at", "cause", "reason")} for row in daemon.store.restarts(5)],
         "consecutive_failures": m.failures,
         "last_error": m.last_error,
+        "hang_detector": m.hang.view(now),
         "activation": None if act is None else {
             "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
             "baseline": act.baseline.as_dict() if act.baseline else None},
@@ -57,17 +64,54 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
     }
 
 
-@router.get("/status", summary="Engine state, run, plugin, markers, latest samples, restarts")
+def launch_document(run: Run | None, daemon_command: list[str]) -> dict[str, Any]:
+    """How the engine was started: the daemon's command, and what `caovan-vllm-serve` decided from it."""
+    launch = run.launch if run else None
+    return {
+        "daemon_command": daemon_command,
+        "profile_applied": None if launch is None else launch.profile,
+        "decisions": [] if launch is None else list(launch.decisions),
+    }
+
+
+def marker_list(run: Run | None) -> list[dict[str, Any]]:
+    """The plugin's markers in the contract's order, named and worded for the dashboard."""
+    rows = []
+    for marker in contract.RUN_MARKERS:
+        seen = run is not None and marker.kind in run.markers
+        rows.append({"kind": marker.kind, "label": marker.label, "seen": seen,
+                     "text": marker.shown(run.markers[marker.kind].values()) if seen else None})
+    return rows
+
+
+def tensorcore75_document(run: Run | None) -> dict[str, Any] | None:
+    view = run.tensorcore75 if run else None
+    if view is None or (view.status is None and view.kernels is None):
+        return None
+    status, kernels = view.status, view.kernels
+    return {
+        "state": None if status is None else ("active" if status.active else "off"),
+        "triton": None if status is None else status.triton,
+        "mode": None if status is None else status.mode,
+        "detail": None if status is None else status.detail,
+        "kernels": None if kernels is None else {"total": kernels.total, "retargeted": kernels.retargeted,
+                                                 "kept": kernels.kept, "kept_by_reason": dict(kernels.kept_by_reason)},
+    }
+
+
+@router.get("/status", summary="Engine state, run, plugin, markers, latest samples, restarts",
+            response_model=StatusDocument)
 async def get_status(request: Request) -> dict[str, Any]:
     return status_document(request.app.state.daemon)
 
 
-@router.get("/healthz", summary="The daemon is alive (whatever the engine does)")
+@router.get("/healthz", summary="The daemon is alive (whatever the engine does)", response_model=Health)
 async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state")
+@router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state",
+            response_model=Readiness, responses={503: {"model": Readiness, "description": "the engine is not ready"}})
 async def readyz(request: Request) -> JSONResponse:
     m = request.app.state.daemon.machine
     ready = m.state is State.READY

@@ -44,14 +44,12 @@ def serve(
     engine = settings.engine.model_copy(update={
         "model": model or settings.engine.model, "args": [*settings.engine.args, *extra]})
     settings = settings.model_copy(update={"engine": engine})
-    if settings.host in ("127.0.0.1", "localhost"):
-        try:
-            check_port_free(settings.port)
-        except PortInUse as exc:
-            message = str(exc).replace("the engine's port", "the daemon's port").replace(
-                "engine.port (0 picks a free one)", "--port (or CAOVAN_PORT)")
-            typer.echo(f"caovan serve: {message}", err=True)
-            raise typer.Exit(2) from None
+    try:
+        check_port_free(settings.port, settings.host, what="the daemon's port", fix="choose another with --port "
+                                                                                  "(or CAOVAN_PORT)")
+    except PortInUse as exc:
+        typer.echo(f"caovan serve: {exc}", err=True)
+        raise typer.Exit(2) from None
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.security.admin_keys:
         typer.echo(f"caovan serve: warning: listening on {settings.host} without security.admin_keys: anyone who "
                    f"reaches this port can stop the engine or swap plugins", err=True)

@@ -31,7 +31,7 @@ TOKENIZER_SAMPLES = 4000
 TRAIN_SAMPLES = 4000
 SETTINGS = train.TrainSettings()
 # Half the default's steps: the Qwen3.5 model costs about twice as much per step, and 40 steps already make its
-# MTP head draft the whole answer right (its drafts are measured by tests/unit/demo/test_demo_qwen3_5.py).
+# MTP head draft the whole answer right (its drafts are measured by tests/caovan_manager/demo/test_demo_qwen3_5.py).
 QWEN3_5_SETTINGS = train.TrainSettings(steps=40, warmup=5)
 DEFAULT = "qwen3_next"
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import httpx
 
-from caovan_manager.config import Settings, mask_command
+from caovan_manager.config import Settings
 from caovan_manager.logwatch.parser import normalise_line, parse_line
 from caovan_manager.logwatch.sink import LogSink
+from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.store import Store
@@ -64,10 +65,13 @@ class RunHandle:
 class EngineEffects:
     def __init__(self, settings: Settings, target: EngineTarget, post: Callable[[Message], None], sink: LogSink,
                  gate: Gate, store: Store, site_for: Callable[[str | None], Path | None], metrics: DaemonMetrics,
-                 events: Broadcaster[dict[str, Any]]) -> None:
+                 events: Broadcaster[dict[str, Any]], masker: Masker) -> None:
         self.settings = settings
         self.target = target
-        self.post = post
+        self.masker = masker
+        # Every report carries text from the engine (its lines, its HTTP answers, exception messages): masked here,
+        # once, before the supervisor, /status, SQLite or the event stream see it.
+        self.post = lambda message: post(masker.deep(message))
         self.sink = sink
         self.gate = gate
         self.store = store
@@ -120,7 +124,7 @@ class EngineEffects:
             check_port_free(run.port)
             cwd = self.settings.state_dir / "run"
             spec = build_launch(self.settings, self.target, run.port, cwd, site)
-            shown = mask_command(spec.command, self.settings.secrets())
+            shown = self.masker.command(spec.command)
             self.sink.open_run(run.run_id)
             self.sink.write(f"caovan: run {run.run_id}: {shlex.join(shown)}", source="daemon")
             run.process = await EngineProcess.spawn(spec)
@@ -141,13 +145,13 @@ class EngineEffects:
     def _on_line(self, run: RunHandle, line: str) -> None:
         if OWN_PROBE_ACCESS.search(line):
             return  # the engine's access-log line of the daemon's own polling: every few seconds, no information
-        record = self.sink.write(line)
-        level, message = normalise_line(record["line"])
+        masked = self.sink.write(line)["line"]
+        level, message = normalise_line(masked)
         if message.strip() and level not in ("INFO", "DEBUG"):
             # The last warning, error or unprefixed line (a traceback's exception, argparse's complaint) explains an
             # exit best when no fatal line was recognised.
             run.last_line = message.strip()[-500:]
-        event = parse_line(line)
+        event = parse_line(masked)
         if event is not None:
             self.post(LogLine(run.run_id, event))
 
@@ -262,11 +266,11 @@ class EngineEffects:
     def gate_reject(self, reason: str) -> None:
         self.gate.reject(reason)
 
-    def drain(self, timeout_s: float) -> None:
-        self._spawn_task(self._drain(timeout_s))
+    def drain(self, run_id: int, timeout_s: float) -> None:
+        self._spawn_task(self._drain(run_id, timeout_s))
 
-    async def _drain(self, timeout_s: float) -> None:
-        self.post(Drained(await self.gate.wait_idle(timeout_s)))
+    async def _drain(self, run_id: int, timeout_s: float) -> None:
+        self.post(Drained(run_id, await self.gate.wait_idle(timeout_s)))
 
     # Records ------------------------------------------------------------------------------------------------------
 
@@ -274,14 +278,15 @@ class EngineEffects:
         self.store.record_run(run_id, version)
 
     def record_run_end(self, run_id: int, returncode: int | None, reason: str) -> None:
-        self.store.record_run_end(run_id, returncode, reason)
+        self.store.record_run_end(run_id, returncode, self.masker.text(reason))
 
     def record_restart(self, run_id: int | None, cause: str, reason: str) -> None:
-        self.store.record_restart(run_id, cause, reason)
+        self.store.record_restart(run_id, cause, self.masker.text(reason))
         self.metrics.restarts.labels(cause).inc()
 
     def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
                           details: dict[str, Any]) -> None:
+        reason, details = self.masker.text(reason), self.masker.deep(details)
         self.store.record_activation(from_version, to_version, outcome, reason, details)
         self.events.publish({"type": "activation", "time": time.time(), "from_version": from_version,
                              "to_version": to_version, "outcome": outcome, "reason": reason, "details": details})

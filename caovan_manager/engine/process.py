@@ -18,8 +18,15 @@ from pathlib import Path
 import psutil
 
 
+SIGKILL_WAIT_S = 30
+
+
 class PortInUse(RuntimeError):
-    pass
+    """A listener holds the port; `holder` names it, `what` and `fix` say whose port it is and what to change."""
+
+    def __init__(self, host: str, port: int, holder: str, what: str, fix: str) -> None:
+        super().__init__(f"{what} {host}:{port} is already in use by {holder}; stop that process or {fix}")
+        self.host, self.port, self.holder = host, port, holder
 
 
 @dataclass(frozen=True)
@@ -36,16 +43,24 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def check_port_free(port: int) -> None:
-    """Raise PortInUse naming the process that holds 127.0.0.1:port, if any does."""
-    with socket.socket() as sock:
+def check_port_free(port: int, host: str = "127.0.0.1", what: str = "the engine's port",
+                    fix: str = "set another engine.port (0 picks a free one)") -> None:
+    """Raise PortInUse naming the process that listens on host:port, if one does.
+
+    With SO_REUSEADDR, as uvicorn and vLLM bind: connections of a process that just died (kill -9, a crash) linger in
+    TIME_WAIT for a minute and do not stop a new listener, so they must not stop this check either."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror:
+        return  # a name that does not resolve: the server's own bind reports it
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind(address)
             return
         except OSError:
             pass
-    raise PortInUse(f"the engine's port 127.0.0.1:{port} is already in use by {port_holder(port)}; stop that "
-                    f"process or set another engine.port (0 picks a free one)")
+    raise PortInUse(host, port, port_holder(port), what, fix)
 
 
 def port_holder(port: int) -> str:
@@ -132,7 +147,9 @@ class EngineProcess:
             await _until(lambda: not self.group_members(), grace_s, poll_s)
         if self.group_members():
             self.signal_group(signal.SIGKILL)
-            await _until(lambda: not self.group_members(), 10, poll_s)
+            # A killed process with gigabytes mapped can take many seconds to go on a loaded host (seen: over 10 s
+            # for a vLLM worker at a load average of 20); it is only a survivor after that.
+            await _until(lambda: not self.group_members(), SIGKILL_WAIT_S, poll_s)
         if self.process.returncode is None:
             try:
                 await asyncio.wait_for(self.wait(), 5)

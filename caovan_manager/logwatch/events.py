@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from caovan_kernels import contract
+
 FatalKind = Literal[
     "oom",
     "gpu_memory_insufficient",
@@ -25,13 +27,18 @@ class LogEvent:
 
     kind: ClassVar[str]
 
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: `kind` first, then the fields under their own names."""
-        out: dict[str, Any] = {"kind": self.kind}
+    def values(self) -> dict[str, Any]:
+        """The fields under their own names, JSON-ready (tuples as lists)."""
+        out: dict[str, Any] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            out[field.name] = list(value) if isinstance(value, tuple) else value
+            out[field.name] = list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, dict) \
+                else value
         return out
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: `kind` first, then the fields."""
+        return {"kind": self.kind, **self.values()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,36 +86,97 @@ class EngineReady(LogEvent):
     kind: ClassVar[str] = "engine_ready"
 
 
+# The plugin's lines: kinds and fields are the contract's (caovan_kernels.contract); the parser checks that each
+# marker there has its event class here with the same fields.
+
 @dataclass(frozen=True, slots=True)
 class PluginBanner(LogEvent):
-    kind: ClassVar[str] = "plugin_banner"
+    kind: ClassVar[str] = contract.BANNER.kind
     version: str
 
 
 @dataclass(frozen=True, slots=True)
 class PluginMode(LogEvent):
-    kind: ClassVar[str] = "plugin_mode"
+    kind: ClassVar[str] = contract.MODE.kind
     mode: str
 
 
 @dataclass(frozen=True, slots=True)
 class PluginMtp(LogEvent):
-    kind: ClassVar[str] = "plugin_mtp"
+    kind: ClassVar[str] = contract.MTP.kind
     tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PluginGdnCore(LogEvent):
+    """Whether GDNCore's kernels serve this engine, and why (once per process)."""
+
+    kind: ClassVar[str] = contract.GDNCORE.kind
+    active: bool
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class PluginRealPrefill(LogEvent):
     """`[Caovan GDNCore] ACTIVE REAL PREFILL`: our prefill kernel ran on a real request."""
 
-    kind: ClassVar[str] = "plugin_real_prefill"
+    kind: ClassVar[str] = contract.REAL_PREFILL_MARKER.kind
 
 
 @dataclass(frozen=True, slots=True)
 class PluginDispatch(LogEvent):
     """`Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed`: our decode kernel ran on a real request."""
 
-    kind: ClassVar[str] = "plugin_dispatch"
+    kind: ClassVar[str] = contract.DISPATCH_MARKER.kind
+
+
+@dataclass(frozen=True, slots=True)
+class PluginKernelCalls(LogEvent):
+    """GDNCore calls counted on the host at 1, 10, 100, ...; decode None when the GPU counts decode steps."""
+
+    kind: ClassVar[str] = contract.CALLS.kind
+    prefill: int
+    decode: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PluginDeviceSteps(LogEvent):
+    """Decode steps counted on the GPU by the first GDN layer (CUDA graph replays included)."""
+
+    kind: ClassVar[str] = contract.STEPS.kind
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCore75Status(LogEvent):
+    """One engine process's TensorCore75 verdict: sm_75 tensor-core retargeting active or off, and why."""
+
+    kind: ClassVar[str] = contract.TENSORCORE75_STATUS.kind
+    active: bool
+    triton: str
+    mode: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCore75Kernels(LogEvent):
+    """One process's compiled-kernel counts: retargeted to tensor cores, kept on FMA (by reason)."""
+
+    kind: ClassVar[str] = contract.TENSORCORE75_KERNELS.kind
+    total: int
+    retargeted: int
+    kept: int
+    kept_by_reason: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchDecisions(LogEvent):
+    """The decisions line of `caovan-vllm-serve`: each profile decision and the effective vLLM command."""
+
+    kind: ClassVar[str] = contract.DECISIONS_KIND
+    profile: bool
+    decisions: tuple[dict[str, str], ...]
+    command: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +193,24 @@ Event = (
     | SpecDecode
     | EngineConfig
     | EngineReady
+    | LaunchDecisions
     | PluginBanner
     | PluginMode
     | PluginMtp
+    | PluginGdnCore
     | PluginRealPrefill
     | PluginDispatch
+    | PluginKernelCalls
+    | PluginDeviceSteps
+    | TensorCore75Status
+    | TensorCore75Kernels
     | Fatal
 )
+
+# The plugin's events by kind, for the parser.
+MARKER_EVENTS: dict[str, type[LogEvent]] = {cls.kind: cls for cls in (
+    PluginBanner, PluginMode, PluginMtp, PluginGdnCore, PluginRealPrefill, PluginDispatch, PluginKernelCalls,
+    PluginDeviceSteps, TensorCore75Status, TensorCore75Kernels)}
+# Kinds worth a line on the daemon's /events stream: all but engine_ready, which only moves the state.
+PUBLISHED_KINDS: frozenset[str] = frozenset(
+    {Throughput.kind, SpecDecode.kind, EngineConfig.kind, LaunchDecisions.kind, Fatal.kind, *MARKER_EVENTS})

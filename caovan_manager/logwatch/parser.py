@@ -14,26 +14,25 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 
+from caovan_kernels import contract
+
 from .events import (
+    MARKER_EVENTS,
     EngineConfig,
     EngineReady,
     Event,
     Fatal,
     FatalKind,
-    PluginBanner,
-    PluginDispatch,
-    PluginMode,
-    PluginMtp,
-    PluginRealPrefill,
+    LaunchDecisions,
     SpecDecode,
     Throughput,
 )
 
 # Every line that can become an event contains one of these; a line without any is skipped before any regex runs.
 _GATE = re.compile(
-    "throughput: |metrics: |LLM engine|startup complete|Caovan|caovan_mode=|MTP=|Error|error|out of memory"
+    "throughput: |metrics: |LLM engine|startup complete|Caovan|caovan_mode=|MTP=|decisions: |Error|error|out of memory"
     "|out of resource|failed|encountered|died unexpectedly|Errno|cache blocks|KV cache|memory utilization"
-    "|memory profiling|Watchdog"
+    "|memory profiling|Watchdog|died|dead|Fatal|fatal|SIG|not running"
 )
 
 # --- normalisation -------------------------------------------------------------------------------------------------
@@ -66,30 +65,54 @@ _UVICORN_LEVEL = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL): +")
 # Ray's log deduplication suffix.
 _RAY_REPEAT = re.compile(r" ?\[repeated \d+x across cluster\]$")
 
+# Behind a prefix of unknown shape (a log viewer's timestamp, another server's stdout wrapper, a compose service
+# name with other spacing), the record is searched for: vLLM's level record, else vLLM's process prefix, else
+# uvicorn's level or Python logging's ` - LEVEL - ` form, else an exception line (a traceback's last line).
+_VLLM_LEVEL_ANYWHERE = re.compile(r"(?<![\w-])" + _VLLM_LEVEL.pattern)
+_PROCESS_ANYWHERE = re.compile(r"\((?:APIServer|EngineCore\w*|VllmWorker[\w-]*|Worker[\w-]*|RayWorker\w*"
+                               r"|VllmWorkerProcess|LLMRayActor)\b[^()]*\bpid=\d+[^()]*\) ?")
+_LEVEL_ANYWHERE = re.compile(r"(?:(?<=\s)|(?<=^))(DEBUG|INFO|WARNING|ERROR|CRITICAL): +"
+                             r"| - (DEBUG|INFO|WARNING|ERROR|CRITICAL) - ")
+_EXCEPTION_ANYWHERE = re.compile(r"(?:(?<=[\s|\]])|(?<=^))(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*"
+                                 r"(?:Error|Exception|OutOfResources): ")
+
 
 def normalise_line(line: str) -> tuple[str | None, str]:
     """Return (level, message) of a raw log line: the level (`INFO`, `ERROR`, ...) where the line carries one, and the
     message without timestamps, colours and process prefixes. Leading indentation of the message is kept (traceback
     bodies are indented, the exception line is not)."""
     text = _ANSI.sub("", line.rstrip("\r\n"))
-    if text.startswith("{"):
-        json_message = _json_message(text)
-        if json_message is not None:
-            return json_message
     pos = 0
-    for prefix in (_COMPOSE, _SYSLOG, _TIMESTAMP):
+    for prefix in (_COMPOSE, _SYSLOG, _TIMESTAMP, _COMPOSE):  # journald around compose, or compose around docker
         m = prefix.match(text, pos)
         if m:
             pos = m.end()
-    while m := _PROCESS.match(text, pos):
-        pos = m.end()
+    if text.startswith("{", pos):
+        json_message = _json_message(text[pos:])
+        if json_message is not None:
+            return json_message
+    pos = _skip_processes(text, pos)
     level = None
     if m := _VLLM_LEVEL.match(text, pos) or _UVICORN_LEVEL.match(text, pos):
-        level = m.group(1)
-        pos = m.end()
-        while m := _PROCESS.match(text, pos):
-            pos = m.end()
+        level, pos = m.group(1), m.end()
+    elif m := _VLLM_LEVEL_ANYWHERE.search(text, pos):
+        level, pos = m.group(1), m.end()
+    elif m := _PROCESS_ANYWHERE.search(text, pos):
+        pos = _skip_processes(text, m.end())
+        if m := _VLLM_LEVEL.match(text, pos) or _UVICORN_LEVEL.match(text, pos):
+            level, pos = m.group(1), m.end()
+    elif m := _LEVEL_ANYWHERE.search(text, pos):
+        level, pos = m.group(1) or m.group(2), m.end()
+    elif not text[pos:pos + 1].isspace() and (m := _EXCEPTION_ANYWHERE.search(text, pos)):
+        pos = m.start()
+    pos = _skip_processes(text, pos)
     return level, _RAY_REPEAT.sub("", text[pos:].rstrip())
+
+
+def _skip_processes(text: str, pos: int) -> int:
+    while m := _PROCESS.match(text, pos):
+        pos = m.end()
+    return pos
 
 
 def _json_message(text: str) -> tuple[str | None, str] | None:
@@ -189,8 +212,9 @@ def _throughput(body: str, engine_index: int | None) -> Throughput | None:
 
 def _spec_decode(body: str) -> SpecDecode | None:
     pairs = _pairs(body)
+    # V0 before 0.5.4 printed "Number of draft tokens tokens".
     accepted = _int(_first(pairs, "Accepted", "Number of accepted tokens"))
-    drafted = _int(_first(pairs, "Drafted", "Number of draft tokens"))
+    drafted = _int(_first(pairs, "Drafted", "Number of draft tokens", "Number of draft tokens tokens"))
     if accepted is None or drafted is None:
         return None
     per_position = None
@@ -254,26 +278,16 @@ def _engine_config(version: str | None, config: str) -> EngineConfig:
     return EngineConfig(version=version, mtp_tokens=mtp_tokens, model=model)
 
 
-# --- the plugin's markers (DESIGN.md "Conventions") ------------------------------------------------------------------
-
-_BANNER = re.compile(r"Caovan vLLM SM75 Turbo3 external plugin v(\d[\w.+!-]*)")
-_MODE = re.compile(r"\bcaovan_mode=([\w.-]+)")
-_PLUGIN_MTP = re.compile(r"speculative_config=auto MTP=(\d+)")
+# --- the plugin's lines (caovan_kernels.contract) ------------------------------------------------------------------
 
 
-def _plugin_marker(message: str) -> Event | None:
-    if "Caovan" in message:
-        if m := _BANNER.search(message):
-            return PluginBanner(version=m.group(1).rstrip(".-"))
-        if "[Caovan GDNCore] ACTIVE REAL PREFILL" in message:
-            return PluginRealPrefill()
-        if "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed" in message:
-            return PluginDispatch()
-    if m := _MODE.search(message):
-        return PluginMode(mode=m.group(1))
-    if m := _PLUGIN_MTP.search(message):
-        return PluginMtp(tokens=int(m.group(1)))
-    return None
+
+def _plugin_line(message: str) -> Event | None:
+    found = contract.read_marker(message)
+    if found is None:
+        return None
+    marker, values = found
+    return MARKER_EVENTS[marker.kind](**values)
 
 
 # --- fatal lines -----------------------------------------------------------------------------------------------------
@@ -305,10 +319,16 @@ _FATAL_KINDS: tuple[tuple[FatalKind, re.Pattern[str]], ...] = (
     ("engine_start_failed", re.compile(
         r"Engine core initialization failed|EngineCore failed to start|Engine process failed to start"
         r"|WorkerProc failed to start|Frontend process failed during engine core initialization"
+        r"|RPCServer process died before responding to readiness probe"  # V0's frontend (0.6)
     )),
+    # The engine, or one of its workers (a tensor-parallel rank, a Ray actor), died: V1's engine core and executor,
+    # V0's MQLLMEngine and multiproc workers, and the fatal signals that kill them.
     ("engine_dead", re.compile(
         r"EngineDeadError|EngineCore encountered (?:an issue|a fatal error)|died unexpectedly"
-        r"|Background loop has errored already"
+        r"|Background loop has errored already|Engine loop has died|Engine loop is not running"
+        r"|MQLLMEngine is already dead|Engine process \(pid \d+\) died|Worker VllmWorkerProcess pid \d+ died"
+        r"|[Gg]ot fatal signal from worker processes|Fatal Python error: Segmentation fault"
+        r"|\*\*\* SIG(?:SEGV|BUS|ABRT|ILL|FPE) received"
     )),
 )
 
@@ -339,6 +359,11 @@ def parse_line(line: str) -> Event | None:
     """The event a vLLM log line carries, or None. Never raises on odd input: unknown shapes are simply not events."""
     if not _GATE.search(line):
         return None
+    if contract.DECISIONS_PREFIX in line:  # its JSON runs to the end of the line, whatever wraps its start
+        decisions = contract.read_decisions(line)
+        if decisions is not None:
+            return LaunchDecisions(profile=decisions["profile"], decisions=tuple(decisions["decisions"]),
+                                   command=tuple(decisions["command"]))
     level, message = normalise_line(line)
     engine_index = None
     body = message
@@ -355,7 +380,7 @@ def parse_line(line: str) -> Event | None:
         return EngineReady()
     # Markers are what the plugin reports at INFO; an error that merely mentions one (`ValueError: unknown
     # caovan_mode=x`) is not the marker.
-    return _fatal(message) if _is_error(level, message) else _plugin_marker(message)
+    return _fatal(message) if _is_error(level, message) else _plugin_line(message)
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[tuple[int, Event]]:

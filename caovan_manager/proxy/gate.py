@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Literal
 
 Mode = Literal["open", "hold", "reject"]
@@ -62,9 +61,14 @@ class Gate:
 
     # The proxy's side -------------------------------------------------------------------------------------------------
 
-    async def enter(self) -> str:
-        """Wait for admission (or raise Unavailable); returns the engine's URL. Pair with leave()."""
-        upstream = await self._wait_open()
+    def deadline(self) -> float:
+        """The latest admission of a request arriving now: one deadline for all of its tries at the gate."""
+        return asyncio.get_running_loop().time() + self.queue_wait_s
+
+    async def enter(self, deadline: float) -> str:
+        """Wait for admission until `deadline` (loop time, from deadline()), or raise Unavailable; returns the
+        engine's URL. Pair with leave()."""
+        upstream = await self._wait_open(deadline)
         self.in_flight += 1
         self._idle.clear()
         return upstream
@@ -74,15 +78,11 @@ class Gate:
         if self.in_flight == 0:
             self._idle.set()
 
-    @contextlib.asynccontextmanager
-    async def admit(self) -> AsyncIterator[str]:
-        upstream = await self.enter()
-        try:
-            yield upstream
-        finally:
-            self.leave()
+    def _timed_out(self) -> Unavailable:
+        return Unavailable(f"{self.reason}; this request waited {self.queue_wait_s:g} s (proxy.queue_wait_s) "
+                           f"without the engine becoming ready", self.retry_after_s)
 
-    async def _wait_open(self) -> str:
+    async def _wait_open(self, deadline: float) -> str:
         if self.mode == "open":
             return self.upstream
         if self.mode == "reject":
@@ -91,14 +91,12 @@ class Gate:
             raise Unavailable(f"{self.reason}, and the queue of waiting requests is full ({self.queue_size}, "
                               f"proxy.queue_size); retry later", self.retry_after_s)
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.queue_wait_s
         self.waiting += 1
         try:
             while self.mode == "hold":
                 remaining = deadline - loop.time()
                 if remaining <= 0:
-                    raise Unavailable(f"{self.reason}; this request waited {self.queue_wait_s:g} s "
-                                      f"(proxy.queue_wait_s) without the engine becoming ready", self.retry_after_s)
+                    raise self._timed_out()
                 changed = self._changed
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)

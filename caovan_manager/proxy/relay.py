@@ -174,10 +174,10 @@ class _Exchange:
         query = scope["query_string"]
         target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + gate.queue_wait_s
+        deadline = gate.deadline()  # one wait for all tries: queued, refused by a dying engine, queued again
         while True:
             try:
-                upstream = await gate.enter()
+                upstream = await gate.enter(deadline)
             except Unavailable as exc:
                 await self.error(503, exc.reason, "engine_unavailable", {"Retry-After": str(exc.retry_after_s)})
                 return False
@@ -190,11 +190,13 @@ class _Exchange:
                 # The engine went away between admission and connect; it never saw this request: wait for the next.
                 self.admitted = False
                 gate.leave()
-                if loop.time() >= deadline:
-                    await self.error(503, "the engine is not reachable (it is restarting); retry",
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    await self.error(503, f"the engine is not reachable (it is restarting); this request waited "
+                                          f"{gate.queue_wait_s:g} s (proxy.queue_wait_s); retry",
                                      "engine_unavailable", {"Retry-After": str(gate.retry_after_s)})
                     return False
-                await asyncio.sleep(RECONNECT_PAUSE_S)
+                await asyncio.sleep(min(RECONNECT_PAUSE_S, remaining))
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 await self.error(502, _failure(exc), "engine_error")
                 return False

@@ -12,17 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from caovan_manager.logwatch.events import PUBLISHED_KINDS
 from caovan_manager.metrics import DaemonMetrics
 
 from .bus import Broadcaster
-from .machine import Machine
+from .machine import TENSORCORE75_KINDS, Machine
 from .messages import Command, LogLine, Message, Outcome, State
 
 logger = logging.getLogger("caovan.supervisor")
-
-# Log events worth a line on /events (the rest, e.g. engine_ready, only feed the state and the metrics).
-PUBLISHED_KINDS = ("throughput", "spec_decode", "engine_config", "plugin_banner", "plugin_mode", "plugin_mtp",
-                   "plugin_real_prefill", "plugin_dispatch", "fatal")
 
 
 class Supervisor:
@@ -86,6 +83,8 @@ class Supervisor:
         outcome = m.handle(message)
         if isinstance(message, LogLine) and m.run and message.run_id == m.run.run_id:
             self.metrics.log_event(message.event)
+            if message.event.kind in TENSORCORE75_KINDS:
+                self.metrics.tensorcore75_changed(m.run.tensorcore75)
             if message.event.kind in PUBLISHED_KINDS:
                 self.events.publish({"type": "log_event", "time": time.time(), "run_id": message.run_id,
                                      **message.event.to_json()})

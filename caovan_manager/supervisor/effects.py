@@ -48,8 +48,8 @@ class Effects(Protocol):
     def gate_reject(self, reason: str) -> None:
         """New and queued requests get a 503 with this reason."""
 
-    def drain(self, timeout_s: float) -> None:
-        """Wait for the requests in flight to finish, at most timeout_s; reports Drained."""
+    def drain(self, run_id: int, timeout_s: float) -> None:
+        """Wait for the requests in flight to this run's engine to finish, at most timeout_s; reports Drained."""
 
     # Records ----------------------------------------------------------------------------------------------------------
     def record_run(self, run_id: int, version: str | None) -> None: ...

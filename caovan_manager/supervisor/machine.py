@@ -18,10 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from caovan_kernels import contract
 from caovan_manager.config import PluginSettings, SupervisorSettings
 from caovan_manager.logwatch import events as log
 
 from .effects import Effects
+from .hang import HangDetector
 from .messages import (
     ActivateCommand,
     BackoffElapsed,
@@ -48,7 +50,25 @@ from .messages import (
 AfterStop = Literal["stop", "start", "backoff"]
 Phase = Literal["baseline", "switch", "verify", "rollback"]
 
-MARKER_KINDS = ("plugin_banner", "plugin_mode", "plugin_mtp", "plugin_real_prefill", "plugin_dispatch")
+MARKER_KINDS = tuple(marker.kind for marker in contract.RUN_MARKERS)
+TENSORCORE75_KINDS = (contract.TENSORCORE75_STATUS.kind, contract.TENSORCORE75_KERNELS.kind)
+
+
+@dataclass
+class TensorCore75:
+    """TensorCore75 over the engine's processes (each prints its own lines): active if any process is, and the
+    counts of the process that compiled the most kernels."""
+
+    status: log.TensorCore75Status | None = None
+    kernels: log.TensorCore75Kernels | None = None
+
+    def take(self, event: log.LogEvent) -> None:
+        if isinstance(event, log.TensorCore75Status):
+            if self.status is None or event.active or not self.status.active:
+                self.status = event
+        elif isinstance(event, log.TensorCore75Kernels):
+            if self.kernels is None or event.total >= self.kernels.total:
+                self.kernels = event
 
 
 @dataclass
@@ -63,9 +83,20 @@ class Run:
     ready_at: float | None = None
     returncode: int | None = None
     last_fatal: str | None = None
-    markers: dict[str, Any] = field(default_factory=dict)
+    markers: dict[str, log.LogEvent] = field(default_factory=dict)  # the latest of each kind of RUN_MARKERS
+
+    def marker_values(self) -> dict[str, Any]:
+        """Each marker seen: its one value, its values, or True for a marker without values."""
+        return {kind: _marker_value(event) for kind, event in self.markers.items()}
+
+    @property
+    def banner_version(self) -> str | None:
+        banner = self.markers.get(contract.BANNER.kind)
+        return banner.version if isinstance(banner, log.PluginBanner) else None
     engine_version: str | None = None
     mtp_tokens: int | None = None
+    launch: log.LaunchDecisions | None = None  # caovan-vllm-serve's decisions line: the effective command
+    tensorcore75: TensorCore75 = field(default_factory=TensorCore75)
 
 
 @dataclass
@@ -108,10 +139,7 @@ class Machine:
         self.state_since = clock()
         self._next_run_id = first_run_id
         self._failure_cause = "crash"
-        self._stalled_since: float | None = None
-        self._unreachable_since: float | None = None
-        self._last_generated: float | None = None
-        self._last_sample_at: float | None = None
+        self.hang = HangDetector(settings.hang_timeout_s)
 
     # Entry point ------------------------------------------------------------------------------------------------------
 
@@ -224,7 +252,7 @@ class Machine:
                                                 f"(supervisor.startup_timeout_s)")
 
     def _on_Drained(self, msg: Drained) -> None:
-        if self.state is not State.DRAINING:
+        if not (self._current(msg.run_id) and self.state is State.DRAINING):
             return
         note = f" ({msg.remaining} requests still in flight at the drain timeout)" if msg.remaining else ""
         self._stop_then(self.after_stop, self.reason + note)
@@ -252,7 +280,7 @@ class Machine:
     def _on_Progress(self, msg: Progress) -> None:
         if not (self._current(msg.run_id) and self.state in (State.READY, State.DRAINING)):
             return
-        hung = self._hang_reason(msg)
+        hung = self.hang.observe(msg, self.clock())
         if hung:
             self._engine_failed("hang", hung)
 
@@ -267,8 +295,12 @@ class Machine:
         elif event.kind == "engine_config":
             self.run.engine_version = event.version
             self.run.mtp_tokens = event.mtp_tokens
+        elif isinstance(event, log.LaunchDecisions):
+            self.run.launch = event
+        elif event.kind in TENSORCORE75_KINDS:
+            self.run.tensorcore75.take(event)
         elif event.kind in MARKER_KINDS:
-            self.run.markers[event.kind] = _marker_value(event)
+            self.run.markers[event.kind] = event
             if event.kind == "plugin_banner" and self._awaiting_banner():
                 self.fx.cancel_timer("banner")
                 self._check_banner()
@@ -323,7 +355,7 @@ class Machine:
         self.fx.cancel_timer("startup")
         self.run.ready_at = self.clock()
         self.failures = 0
-        self._stalled_since = self._unreachable_since = self._last_generated = self._last_sample_at = None
+        self.hang.reset()
         self._enter(State.READY, "serving")
         self.fx.gate_open(self.run.run_id)
         self.fx.watch_progress(self.run.run_id)
@@ -343,7 +375,7 @@ class Machine:
         self.after_stop = after
         self._enter(State.DRAINING, reason)
         self.fx.gate_hold()
-        self.fx.drain(self.settings.drain_timeout_s)
+        self.fx.drain(self.run.run_id, self.settings.drain_timeout_s)
 
     def _stop_then(self, after: AfterStop, reason: str) -> None:
         self.after_stop = after
@@ -411,7 +443,7 @@ class Machine:
 
     def _check_banner(self) -> None:
         self.activation.banner_checked = True
-        seen = self.run.markers.get("plugin_banner")
+        seen = self.run.banner_version
         expected = self._expected_banner(self.activation.to_version)
         if seen != expected:
             self._rollback(f"the engine's plugin banner shows version {seen}, expected {expected}: the new "
@@ -438,30 +470,6 @@ class Machine:
             if new.acceptance_rate < baseline.acceptance_rate - margin_acc:
                 return (f"MTP acceptance fell to {new.acceptance_rate:.3f} from {baseline.acceptance_rate:.3f} "
                         f"(allowed loss {margin_acc:g}, plugins.acceptance_margin)")
-        return ""
-
-    def _hang_reason(self, sample: Progress) -> str:
-        now = self.clock()
-        limit = self.settings.hang_timeout_s
-        if not sample.ok:
-            if self._unreachable_since is None:
-                self._unreachable_since = now
-            elif now - self._unreachable_since >= limit:
-                return (f"the engine is hung: its /metrics did not answer for {now - self._unreachable_since:.0f} s "
-                        f"({sample.detail})")
-            return ""
-        self._unreachable_since = None
-        stalled = (sample.running > 0 and self._last_generated is not None
-                   and sample.generated_total <= self._last_generated)
-        if not stalled:
-            self._stalled_since = None
-        elif self._stalled_since is None:
-            self._stalled_since = self._last_sample_at
-        elif now - self._stalled_since >= limit:
-            return (f"the engine is hung: {sample.running:g} request(s) pending and no token generated for "
-                    f"{now - self._stalled_since:.0f} s (supervisor.hang_timeout_s = {limit:g})")
-        self._last_generated = sample.generated_total
-        self._last_sample_at = now
         return ""
 
     # Helpers ----------------------------------------------------------------------------------------------------------
@@ -507,10 +515,7 @@ def _signal_name(number: int) -> str:
 
 
 def _marker_value(event: log.LogEvent) -> Any:
-    if event.kind == "plugin_banner":
-        return event.version
-    if event.kind == "plugin_mode":
-        return event.mode
-    if event.kind == "plugin_mtp":
-        return event.tokens
-    return True
+    values = event.values()
+    if not values:
+        return True
+    return next(iter(values.values())) if len(values) == 1 else values

@@ -92,6 +92,7 @@ class StartupTimedOut:
 
 @dataclass(frozen=True)
 class Drained:
+    run_id: int  # the run whose requests were drained
     remaining: int  # requests still in flight when the drain ended (0 = all finished)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from caovan_kernels.vllm.activity import DISPATCH, REAL_PREFILL
+from caovan_kernels.contract import DISPATCH, REAL_PREFILL
 from caovan_manager import embedded
 from tests.support.acceptance_lock import divergences, greedy_run
 from tests.support.engine import Engine, start_engine, stop_engine

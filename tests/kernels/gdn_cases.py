@@ -1,13 +1,5 @@
-"""Random GDN inputs and the error measure shared by the kernel tests.
+"""Random GDN inputs shared by the kernel tests (tolerances and the error measure: caovan_kernels/gdn/accuracy.py).
 
-Tolerances are on the relative L2 error ||out - ref|| / ||ref|| against the float64 recurrent reference fed the
-very same (already rounded) inputs, so they only measure what the kernels add:
-- chunked prefill: w, u and the gated q.k block go through memory in the input dtype (unit roundoff 4.9e-4 fp16,
-  3.9e-3 bf16), the output is rounded once more, and on sm_80+ GPUs the fp32 products run as tf32 (10-bit
-  mantissa, like fp16). A handful of such roundings add up to a few units: 4e-3 (fp16), 2.5e-2 (bf16); fp32
-  inputs keep everything fp32 but still meet tf32 products on sm_80+ GPUs, hence the fp16 bound (4e-3).
-- recurrent decode: the state stays fp32 and no products are rounded, so only the output's rounding remains
-  (2e-3 fp16, 1.5e-2 bf16 on the output; 1e-5 on the fp32 state, far above fp32 roundoff over a few tokens).
 Keys are unit-norm as in the model (the layer l2-normalises them), which keeps the recurrence contractive.
 """
 
@@ -18,15 +10,6 @@ from dataclasses import dataclass
 import torch
 
 from caovan_kernels.gdn import reference as R
-
-CHUNK_TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2, torch.float32: 4e-3}
-DECODE_OUT_TOL = {torch.float16: 2e-3, torch.bfloat16: 1.5e-2, torch.float32: 1e-5}
-DECODE_STATE_TOL = 1e-5
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    assert torch.isfinite(out).all(), "kernel left non-finite values (unwritten poisoned output?)"
-    return ((out.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 @dataclass

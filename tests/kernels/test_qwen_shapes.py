@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gdn_cases import CHUNK_TOL, DECODE_OUT_TOL, DECODE_STATE_TOL, make_inputs, random_states, rel_err
+from gdn_cases import make_inputs, random_states
 
+from caovan_kernels.gdn.accuracy import CHUNK_TOL, DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
 from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
 from caovan_kernels.gdn import reference as R
 

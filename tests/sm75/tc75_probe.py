@@ -3,7 +3,7 @@
     python tests/sm75/tc75_probe.py SCENARIO     (TRITON_INTERPRET unset; TRITON_CACHE_DIR set by the caller)
 
 Needs only Triton and this repository (no torch, no GPU), so it also runs in venvs holding other Triton releases.
-Scenarios: decisions, before-hook, census, chain, fallback, cache-write, cache-read, cache-off, cache-other-tag.
+Scenarios: decisions, int8-off, before-hook, census, chain, fallback, cache-write, cache-read, cache-off, cache-other-tag.
 """
 
 from __future__ import annotations
@@ -81,6 +81,10 @@ def scenario(name: str) -> dict:
         activate("force")
         on = {p: compile_probe(p) for p in PROBES}
         return {"off": off, "on": on}
+    if name == "int8-off":
+        tensorcore75.RETARGET_INT8 = False
+        activate("force")
+        return compile_probe("int8")
     if name == "before-hook":
         first = compile_probe("fp16")
         activate("force")

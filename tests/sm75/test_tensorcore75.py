@@ -29,11 +29,12 @@ def test_fp16_dots_get_turing_mma(decisions: dict, probe: str, instruction: str)
     assert on["mma"] == [instruction]  # and ptxas for sm_75 accepted it: the compile produced a cubin
 
 
-def test_int8_dots_get_m8n8k16(decisions: dict) -> None:
+def test_int8_dots_get_m8n8k16(decisions: dict, tmp_path: Path) -> None:
     # Triton's own sm_75 lowering cannot compile an int8 dot at all (its FMA path extends i8 as a float)
     assert "error" in decisions["off"]["int8"]
     assert decisions["on"]["int8"]["decision"] == "mma:int8"
     assert decisions["on"]["int8"]["mma"] == ["mma.sync.aligned.m8n8k16.row.col.satfinite.s32.s8.s8.s32"]
+    assert "error" in run_probe("int8-off", tmp_path)["result"], "with int8 off the kernel is Triton's again"
 
 
 @pytest.mark.parametrize(("probe", "reason"), [
@@ -76,7 +77,7 @@ def test_census_counts_every_kernel_with_reasons(tmp_path: Path) -> None:
     lines = [line for line in out["log"] if "kernels=" in line]
     assert lines == [
         "[Caovan TensorCore75] kernels=1 retargeted=1 kept=0 ()",
-        "[Caovan TensorCore75] kernels=10 retargeted=5 kept=5 (fp32_dot=3 bf16_dot=1 no_dot=1)",
+        "[Caovan TensorCore75] kernels=10 retargeted=5 kept=5 (bf16_dot=1 fp32_dot=3 no_dot=1)",
     ]
     assert out["log"][0].startswith("[Caovan TensorCore75] ACTIVE triton=")
 

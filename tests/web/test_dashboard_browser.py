@@ -63,9 +63,15 @@ def test_dashboard_follows_the_engine(observed, artifacts: Path) -> None:
         assert text(driver, "connection") == "live"
         loaded = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
         assert loaded and all(url.startswith(f"{daemon.url}/") for url in loaded), loaded  # nothing from elsewhere
-        assert "caovan_kernels.serve" in driver.find_element(By.ID, "command").get_attribute("textContent")
+        # The effective command: vLLM's server with the launch profile applied (from caovan-vllm-serve's decisions).
+        command = driver.find_element(By.ID, "command").get_attribute("textContent")
+        assert "vllm.entrypoints.openai.api_server" in command and "--speculative-config" in command, command
         assert "Plugin banner: v" in text(driver, "markers")
-        assert "speculative MTP" in text(driver, "markers")
+        assert "speculative MTP: n=3" in text(driver, "markers")
+        assert "GDNCore kernels: not used" in text(driver, "markers")  # the CPU engine runs vLLM's own kernels
+        # The CPU engine prints no TensorCore75 line yet; the dashboard says so rather than guessing.
+        assert text(driver, "tc75-state") in ("not reported by this engine",) or \
+            text(driver, "tc75-state").startswith("off")
         driver.save_screenshot(str(artifacts / "01-ready.png"))
 
         before = {chart: points(driver, chart) for chart in ("chart-tps", "chart-acceptance", "chart-length")}

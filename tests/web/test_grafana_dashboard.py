@@ -77,6 +77,7 @@ def test_panels_cover_the_operators_questions() -> None:
                        "caovan_spec_position_acceptance_rate"},
         "engine state and restarts": {"caovan_engine_state", "caovan_engine_up", "caovan_engine_restarts_total"},
         "plugin version and markers": {"caovan_plugin_info", "caovan_plugin_marker_active"},
+        "TensorCore75": {"caovan_tensorcore75_active", "caovan_tensorcore75_kernels"},
         "proxy": {"caovan_proxy_request_duration_seconds_bucket", "caovan_proxy_time_to_first_token_seconds_bucket",
                   "caovan_proxy_queue_depth"},
         "GPU": {"caovan_gpu_memory_used_bytes", "caovan_gpu_utilization_percent", "caovan_gpu_temperature_celsius",

@@ -4,7 +4,7 @@ import subprocess
 import sys
 import zipfile
 
-from tests.daemon.plugin_builds import build_wheel
+from tests.caovan_manager.plugins.plugin_builds import build_wheel
 
 DASHBOARD = ["index.html", "app.js", "chart.js", "admin.js", "style.css", "grafana/caovan-dashboard.json",
              "prometheus/prometheus.yml"]

@@ -75,6 +75,9 @@ class Row:
     panels: list[Panel]
 
 
+TENSORCORE75_MAPPING = [{"type": "value", "options": {
+    "0": {"text": "off", "color": "text", "index": 0},
+    "1": {"text": "ACTIVE", "color": "green", "index": 1}}}]
 ACTIVE_MAPPING = [{"type": "value", "options": {
     "0": {"text": "not seen", "color": "text", "index": 0},
     "1": {"text": "active", "color": "green", "index": 1}}}]
@@ -183,6 +186,19 @@ def rows() -> list[Row]:
                 Target(f"sum by (endpoint, status) (rate({daemon('caovan_proxy_requests_total')}[{RATE}]))",
                        "{{endpoint}} {{status}}"),
             ], 8, unit="reqps", min=0, custom=LINES),
+        ]),
+        Row("TensorCore75 (sm_75 tensor cores)", [
+            Panel("TensorCore75", "stat", [Target(daemon("caovan_tensorcore75_active"), "TensorCore75")], 6, 5,
+                  description="ACTIVE while an engine process retargets Triton dots to sm_75 tensor cores; off "
+                              "otherwise (/status says why)",
+                  options=STAT_VALUE | {"colorMode": "background"}, mappings=TENSORCORE75_MAPPING,
+                  thresholds=[{"color": "text", "value": None}, {"color": "green", "value": 1}]),
+            Panel("TensorCore75 kernels", "bargauge",
+                  [Target(daemon("caovan_tensorcore75_kernels"), "{{decision}} {{reason}}")], 18, 5,
+                  description="Kernels compiled by the engine process with the most: retargeted to tensor cores, "
+                              "or kept on FMA by reason",
+                  options={"orientation": "horizontal", "displayMode": "basic", "showUnfilled": True,
+                           "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
         ]),
         Row("GPU (NVML; empty on a CPU engine)", [
             Panel("GPU memory", "timeseries", [

@@ -107,14 +107,16 @@ def engine_group_members(pgids: set[int]) -> list[psutil.Process]:
     return members
 
 
-def start_daemon(state_dir: Path, extra: list[str] = (), max_restarts: int = 3,
-                 wait_ready: bool = True) -> DaemonProcess:
+def start_daemon(state_dir: Path, extra: list[str] = (), max_restarts: int = 3, wait_ready: bool = True,
+                 port: int | None = None, config_extra: str = "", output_name: str = "daemon.out") -> DaemonProcess:
+    """`caovan serve` on the embedded default; `port` reuses a port (a daemon started again in place of one that
+    died), `config_extra` appends TOML tables."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    port = free_port()
+    port = port or free_port()
     config = state_dir / "caovan.toml"
     config.write_text(TEST_CONFIG.format(port=port, state=state_dir, admin=ADMIN_KEY, inference=INFERENCE_KEY,
-                                         max_restarts=max_restarts))
-    output = state_dir / "daemon.out"
+                                         max_restarts=max_restarts) + config_extra)
+    output = state_dir / output_name
     command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve", "--config", str(config)]
     if extra:
         command += ["--", *extra]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 
+import httpx
 import openai
 
 PROMPTS = ["Hello!", "Count from one to ten.", "Name five animals.", "Tell me a joke.", "How are you today?"]
@@ -51,12 +53,14 @@ class StreamingLoad:
     """`concurrency` workers, each sending streamed chat completions back to back until stop()."""
 
     def __init__(self, base_url: str, api_key: str, concurrency: int = 3, max_tokens: int = 24,
-                 request_timeout_s: float = 600) -> None:
+                 request_timeout_s: float = 600, stop: list[str] | None = None, mixed: bool = False) -> None:
         self.base_url = base_url
         self.api_key = api_key
         self.concurrency = concurrency
         self.max_tokens = max_tokens
         self.request_timeout_s = request_timeout_s
+        self.stop_words = stop  # sent as the `stop` parameter (the engine logs it with each request)
+        self.mixed = mixed  # every other request unstreamed, with varying lengths
         self.result = LoadResult()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
@@ -95,7 +99,10 @@ class StreamingLoad:
     async def _worker(self, client: openai.AsyncOpenAI, index: int) -> None:
         count = 0
         while not self._stop.is_set():
-            task = asyncio.create_task(self._one(client, PROMPTS[(index + count) % len(PROMPTS)]))
+            streamed = not self.mixed or count % 2 == 0
+            max_tokens = self.max_tokens if not self.mixed else 8 + (index * 7 + count * 13) % (self.max_tokens * 2)
+            task = asyncio.create_task(self._one(client, PROMPTS[(index + count) % len(PROMPTS)], streamed,
+                                                 max_tokens))
             self._active.add(task)
             try:
                 done, _ = await asyncio.wait({task}, timeout=self.request_timeout_s)
@@ -106,18 +113,47 @@ class StreamingLoad:
                 self._active.discard(task)
             count += 1
 
-    async def _one(self, client: openai.AsyncOpenAI, prompt: str) -> None:
+    async def _one(self, client: openai.AsyncOpenAI, prompt: str, streamed: bool = True,
+                   max_tokens: int | None = None) -> None:
         started = time.time()
         chunks = 0
         try:
-            stream = await client.chat.completions.create(
-                model="caovan-demo", messages=[{"role": "user", "content": prompt}], max_tokens=self.max_tokens,
-                temperature=0, stream=True)
-            async for chunk in stream:
-                if chunk.choices and chunk.choices[0].delta.content:
-                    chunks += 1
+            request = dict(model="caovan-demo", messages=[{"role": "user", "content": prompt}], temperature=0,
+                           max_tokens=max_tokens or self.max_tokens, stop=self.stop_words)
+            if streamed:
+                async for chunk in await client.chat.completions.create(**request, stream=True):
+                    if chunk.choices and chunk.choices[0].delta.content:
+                        chunks += 1
+            else:
+                reply = await client.chat.completions.create(**request)
+                chunks = 1 if reply.choices and reply.choices[0].message.content else 0
             ok = chunks > 0
             error = "" if ok else "stream ended without content"
         except openai.APIError as exc:
             ok, error = False, f"{type(exc).__name__}: {exc}"
         self.result.outcomes.append(Outcome(started, time.time(), ok, chunks, error))
+
+
+class EventLog:
+    """The daemon's /events stream collected in the background."""
+
+    def __init__(self, url: str) -> None:
+        self.items: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
+        self._thread.start()
+        time.sleep(0.5)
+
+    def _read(self, url: str) -> None:
+        with httpx.stream("GET", f"{url}/events", timeout=None) as stream:
+            for line in stream.iter_lines():
+                if self._stop.is_set():
+                    return
+                if line.startswith("data: "):
+                    self.items.append(json.loads(line[6:]))
+
+    def states(self) -> list[dict]:
+        return [item for item in self.items if item.get("type") == "state"]
+
+    def close(self) -> None:
+        self._stop.set()

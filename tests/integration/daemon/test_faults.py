@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -13,34 +12,9 @@ import psutil
 import pytest
 
 from .conftest import INFERENCE_KEY, engine_group_members
-from .load import StreamingLoad
+from .load import EventLog, StreamingLoad
 
 pytestmark = pytest.mark.engine
-
-
-class EventLog:
-    """The daemon's /events stream collected in the background."""
-
-    def __init__(self, url: str) -> None:
-        self.items: list[dict] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, args=(url,), daemon=True)
-        self._thread.start()
-        time.sleep(0.5)
-
-    def _read(self, url: str) -> None:
-        with httpx.stream("GET", f"{url}/events", timeout=None) as stream:
-            for line in stream.iter_lines():
-                if self._stop.is_set():
-                    return
-                if line.startswith("data: "):
-                    self.items.append(json.loads(line[6:]))
-
-    def states(self) -> list[dict]:
-        return [item for item in self.items if item.get("type") == "state"]
-
-    def close(self) -> None:
-        self._stop.set()
 
 
 def served_after(load: StreamingLoad, moment: float) -> int:
@@ -108,6 +82,59 @@ def test_sigstop_of_the_engine_core_is_detected_as_a_hang_and_recovered(daemon):
     result = load.result
     print(result.summary("SIGSTOP of the EngineCore", faults=1))
     assert "hung" in recovered["last_error"], recovered["last_error"]
+    # /status says why the detector acted: its verdict, kept past the restart.
+    assert "no token generated for" in recovered["hang_detector"]["last_verdict"], recovered["hang_detector"]
     assert not engine_group_members({pid}), "processes of the stopped engine's group are left"
     assert result.unfinished == 0, "a request hung"
     assert served_after(load, stopped + 1) >= 2
+
+
+def test_a_slow_but_progressing_generation_is_never_taken_for_a_hang(daemon):
+    """The EngineCore is stopped and continued in turns (5 s stopped, 1 s running) for three hang timeouts: the
+    stream crawls, every silence is shorter than the timeout, so the detector must not act however long it goes."""
+    status = daemon.status()
+    pid, run_id = status["engine"]["pid"], status["engine"]["run_id"]
+    timeout_s = status["hang_detector"]["timeout_s"]
+    core = _engine_core(pid)
+    gaps: list[float] = []
+    stop_throttle = threading.Event()
+
+    def throttle() -> None:
+        while not stop_throttle.is_set():
+            core.send_signal(signal.SIGSTOP)
+            stop_throttle.wait(5)
+            core.send_signal(signal.SIGCONT)
+            stop_throttle.wait(1)
+
+    body = {"model": "caovan-demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 1900,
+            "ignore_eos": True, "stream": True}
+    thread = threading.Thread(target=throttle, daemon=True)
+    started = time.monotonic()
+    try:
+        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=60,
+                          headers={"Authorization": f"Bearer {INFERENCE_KEY}"}) as stream:
+            last = None
+            for line in stream.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                now = time.monotonic()
+                if last is None:
+                    thread.start()
+                else:
+                    gaps.append(now - last)
+                last = now
+                if now - started > 3 * timeout_s + 10:
+                    break  # long past three hang timeouts, still producing
+    finally:
+        stop_throttle.set()
+        if thread.is_alive():
+            thread.join(10)
+        core.send_signal(signal.SIGCONT)
+    after = daemon.status()
+    print(f"SUMMARY slow generation: {time.monotonic() - started:.0f} s of a throttled stream, longest silence "
+          f"{max(gaps):.1f} s, hang timeout {timeout_s:g} s; detector: {after['hang_detector']}")
+    assert time.monotonic() - started > 3 * timeout_s
+    assert max(gaps) > 3, "the throttle did not slow the stream"
+    assert after["state"] == "ready" and after["engine"]["run_id"] == run_id, after["reason"]
+    assert after["hang_detector"]["last_verdict"] is None or after["hang_detector"]["last_verdict_s_ago"] > \
+        time.monotonic() - started, "the detector acted during the slow generation"

@@ -21,7 +21,14 @@ def test_status_describes_the_running_engine(daemon):
     assert status["state"] == "ready" and status["embedded_default"]
     engine = status["engine"]
     assert engine["pid"] > 0 and engine["ready_s"] > 0 and engine["mtp_tokens"] == 3
-    assert status["command"][1:3] == ["-m", "caovan_kernels.serve"] and "--speculative-config" in status["command"]
+    # The effective command: vLLM's, with what the CPU profile decided (caovan-vllm-serve's decisions line).
+    assert status["command"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"], status["command"]
+    assert "--speculative-config" in status["command"] and "--no-enable-prefix-caching" in status["command"]
+    assert status["launch"]["daemon_command"][1:3] == ["-m", "caovan_kernels.serve"]
+    assert status["launch"]["profile_applied"]
+    assert {"dtype", "AutoSpec", "prefix-caching"} <= {d["name"] for d in status["launch"]["decisions"]}
+    assert status["tensorcore75"] is None or status["tensorcore75"]["state"] == "off"  # the CPU engine
+    assert status["hang_detector"]["timeout_s"] == 12
     assert status["plugin"]["running_version"] == status["plugin"]["bundled_version"]
     assert status["markers"]["plugin_banner"] == status["plugin"]["bundled_version"]
     text = json.dumps(status)

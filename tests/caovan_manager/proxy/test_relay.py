@@ -1,0 +1,117 @@
+"""The /v1 relay over real sockets (uvicorn serving the daemon), for the faults the real engine cannot be made to
+show in a unit test: an engine that accepts a request and then stays silent past the read timeout (a stand-in named
+SilentEngine), and a client that gives up while its request waits in the queue. Streaming, client disconnects
+during a stream and an engine killed mid-stream are tested on the real engine (tests/integration/daemon)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from tests.support.served import ServedDaemon, served_daemon
+
+
+class SilentEngine:
+    """A stand-in for an engine that takes a request and never answers (a hang the read timeout must end)."""
+
+    def __init__(self) -> None:
+        self.requests_seen = 0
+        self.closed_by_peer = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.requests_seen += 1
+        while await reader.read(65536):
+            pass
+        self.closed_by_peer += 1
+        writer.close()
+
+    def start(self, served: ServedDaemon) -> str:
+        async def listen() -> str:
+            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
+            return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+
+
+CHAT = {"model": "caovan-demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
+    with served_daemon(tmp_path, proxy={"read_timeout_s": 0.5}) as served:
+        engine = SilentEngine()
+        upstream = engine.start(served)
+        served.call(served.daemon.gate.open, upstream)
+        started = time.monotonic()
+        response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
+        waited = time.monotonic() - started
+        assert response.status_code == 502, response.text
+        error = response.json()["error"]
+        assert error["type"] == "engine_error" and "read timeout" in error["message"], error
+        assert 0.4 < waited < 10, waited
+        assert engine.requests_seen == 1
+        # The abandoned request's connection is closed (vLLM would abort it) and its place at the gate is free.
+        assert served.wait_for(lambda: engine.closed_by_peer == 1), "the engine connection was left open"
+        assert served.call(lambda: served.daemon.gate.in_flight) == 0
+        assert served.requests_counted("502") == 1
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
+    with served_daemon(tmp_path, proxy={"queue_size": 1, "queue_wait_s": 60}) as served:
+        gate = served.daemon.gate
+        served.call(gate.hold, "the engine is restarting (test)")
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
+        assert served.wait_for(lambda: gate.waiting == 0), "the request stayed queued after its client left"
+        assert served.requests_counted("499") == 1
+        # Its place is free: the queue holds one, and the next request waits in it instead of a 503 "queue full".
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
+        assert served.wait_for(lambda: gate.waiting == 0)
+        assert served.requests_counted("499") == 2 and served.requests_counted("503") == 0
+
+
+def dead_port() -> str:
+    """The URL of a port nothing listens on: what the relay meets when the engine died under it."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def timed_post(served: ServedDaemon) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
+    return response, time.monotonic() - started
+
+
+def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_all(tmp_path):
+    # The engine just crashed: the gate is still open on its dead port until the supervisor notices and holds.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.open, dead_port())
+        served.call(lambda: served.loop.call_later(0.5, gate.hold, "the engine is restarting (test)"))
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        assert "waited 1 s (proxy.queue_wait_s)" in response.json()["error"]["message"]
+
+
+def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_s_in_all(tmp_path):
+    # Queued while the engine restarts; the gate opens on an engine that dies at once, then holds again.
+    with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
+        gate = served.daemon.gate
+        served.call(gate.hold, "the engine is restarting (test)")
+        upstream = dead_port()
+
+        def restart_that_fails() -> None:
+            served.loop.call_later(0.4, gate.open, upstream)
+            served.loop.call_later(0.55, gate.hold, "the engine is restarting again (test)")
+        served.call(restart_that_fails)
+        response, waited = timed_post(served)
+        assert response.status_code == 503, response.text
+        assert 0.9 < waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
+        message = response.json()["error"]["message"]
+        assert "waited 1 s (proxy.queue_wait_s)" in message and "restarting again" in message, message
