@@ -16,7 +16,7 @@ from .profile_checks import check_profile
 from .report import Check, Report, Status
 from .tensorcore75_checks import check_tensorcore75
 from .triton_checks import check_ptxas, check_tensor_cores, check_triton_version
-from .vllm_checks import check_gdn_seams, check_gdn_selftest, check_vllm
+from .vllm_checks import check_gdn_auto, check_gdn_seams, check_gdn_selftest, check_vllm
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ CHECKS: dict[str, Callable[[DoctorContext], list[Check]]] = {
     "tensorcore75": lambda ctx: check_tensorcore75(ctx.inventory),
     "vllm": lambda ctx: check_vllm(),
     "gdn-seams": lambda ctx: check_gdn_seams(),
+    "gdn-auto": lambda ctx: check_gdn_auto(ctx.inventory),
     "gdn-selftest": lambda ctx: check_gdn_selftest(ctx.inventory),
     "profile": lambda ctx: check_profile(ctx.model, ctx.inventory),
     "cache-dirs": lambda ctx: check_cache_dirs(),

@@ -1,4 +1,5 @@
-"""vLLM itself, the GDN interface check of the plugin, and the GDNCore self-test on each device.
+"""vLLM itself, the GDN interface check of the plugin, where caovan_mode=auto runs GDNCore, and the GDNCore
+self-test on each device.
 
 The seam detection (caovan_kernels.vllm.seams.check_seams) and the self-test (caovan_kernels.gdn.selftest.run) live
 with the plugin and the kernels; this module only calls them and reports."""
@@ -91,4 +92,32 @@ def check_gdn_selftest(inventory: Inventory) -> list[Check]:
         checks.append(Check("gdn-selftest", f"GDNCore self-test on {device}", Status.PASS if ok else Status.FAIL,
                             detail, "" if ok else "run caovan_kernels.gdn.selftest on this device and report the "
                                                   "output with `caovan doctor --json`"))
+    return checks
+
+
+def check_gdn_auto(inventory: Inventory) -> list[Check]:
+    """What caovan_mode=auto picks on each kind of GPU here (vllm/auto_choice.py: GDNCore only where it measured
+    faster than vLLM's kernels)."""
+    import triton
+
+    from caovan_kernels.tensorcore75 import TESTED_TRITON, TURING
+    from caovan_kernels.tensorcore75.seam import version_tuple
+    from caovan_kernels.vllm.auto_choice import auto_choice
+    from caovan_kernels.vllm.settings import PluginSettings
+
+    name = "GDNCore in caovan_mode=auto"
+    settings = PluginSettings.from_env()
+    if settings.mode != "auto":
+        where = "everywhere" if settings.mode == "force" else "nowhere (stock vLLM kernels)"
+        return [Check("gdn-auto", name, Status.PASS, f"CAOVAN_MODE={settings.mode}: GDNCore runs {where}")]
+    if not inventory.gpus:
+        return [Check("gdn-auto", name, Status.PASS, "no CUDA GPU: vLLM's CPU kernels (caovan_mode=force runs GDNCore "
+                      "through Triton's interpreter)")]
+    triton_release = version_tuple(triton.__version__)
+    checks = []
+    for sm in sorted({gpu.sm for gpu in inventory.gpus}):
+        turing_mma = sm == TURING and settings.turing_mma != "off" and triton_release in TESTED_TRITON
+        ours, why = auto_choice(sm, turing_mma, triton_release)
+        checks.append(Check("gdn-auto", f"{name} on sm_{sm}", Status.PASS, why,
+                            "" if ours else "caovan_mode=force runs GDNCore anyway (for comparisons)"))
     return checks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -10,7 +11,7 @@ from vllm.utils.torch_utils import LayerNameType  # the op schema's layer-name t
 
 from caovan_kernels import contract, tensorcore75
 
-from . import activity
+from . import activity, auto_choice
 from .gdn_core import run_gdn_core
 from .markers import emit_once, log
 from .settings import PluginSettings
@@ -22,7 +23,9 @@ class Turbo3Unavailable(RuntimeError):
     pass
 
 
-def _decide(settings: PluginSettings, on_cuda: bool) -> tuple[bool, str]:
+def _decide(settings: PluginSettings, on_cuda: bool,
+            auto: Callable[[], tuple[bool, str]] = auto_choice.on_this_process) -> tuple[bool, str]:
+    """(GDNCore runs, why); auto: what caovan_mode=auto measured for this process's GPU."""
     if not settings.enabled:
         return False, "plugin disabled (caovan=false / CAOVAN_ENABLE=0): stock vLLM kernels"
     if settings.mode == "off":
@@ -30,9 +33,14 @@ def _decide(settings: PluginSettings, on_cuda: bool) -> tuple[bool, str]:
     if settings.mode == "force":
         where = "CUDA" if on_cuda else "CPU through Triton's interpreter"
         return True, f"caovan_mode=force: GDNCore kernels on {where}"
-    if on_cuda:
-        return True, "caovan_mode=auto: GDNCore kernels on CUDA"
-    return False, "caovan_mode=auto: no CUDA GPU, stock vLLM CPU kernels (caovan_mode=force runs ours here)"
+    if not on_cuda:
+        return False, "caovan_mode=auto: no CUDA GPU, stock vLLM CPU kernels (caovan_mode=force runs ours here)"
+    ours, why = auto()
+    if ours:
+        return True, f"caovan_mode=auto: {why}"
+    if settings.require_turbo3:  # an explicit demand for GDNCore outranks auto's speed choice
+        return True, f"caovan_mode=auto with caovan_require_turbo3: GDNCore kernels although {why}"
+    return False, f"caovan_mode=auto: {why}; caovan_mode=force runs GDNCore here"
 
 
 def _announce(settings: PluginSettings, vllm_config: Any, active: bool, reason: str) -> None:

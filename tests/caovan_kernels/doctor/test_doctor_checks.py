@@ -19,7 +19,8 @@ def _named(report: Report) -> dict[str, Check]:
 
 def test_every_check_has_a_status_and_a_fix_where_needed(report):
     groups = {c.group for c in report.checks}
-    assert groups == {"python", "torch", "gpus", "triton", "ptxas", "tensorcore75", "vllm", "gdn-seams", "gdn-selftest",
+    assert groups == {"python", "torch", "gpus", "triton", "ptxas", "tensorcore75", "vllm", "gdn-seams", "gdn-auto",
+                      "gdn-selftest",
                       "profile", "cache-dirs", "flashqla-env", "plugin-copy"}
     for c in report.checks:
         assert c.detail
@@ -30,6 +31,17 @@ def test_no_gpu_here_so_gpu_checks_skip_with_the_reason(report):
     gpus = _named(report)["GPUs"]
     assert gpus.status is Status.SKIP and "NVML" in gpus.detail
     assert _named(report)["torch"].detail.endswith("CPU build (no CUDA runtime)")
+
+
+def test_auto_mode_says_where_gdncore_runs(report, monkeypatch):
+    assert "no CUDA GPU" in _named(report)["GDNCore in caovan_mode=auto"].detail
+    gpus = parse_inventory("1x RTX 2080 Ti 22GB sm75, 1x H100 80GB sm90")
+    named = _named(run_doctor(only=["gdn-auto"], inventory=gpus))
+    assert "stock vLLM GDN kernels on sm_75 with TensorCore75" in named["GDNCore in caovan_mode=auto on sm_75"].detail
+    assert "stock vLLM GDN kernels on sm_90" in named["GDNCore in caovan_mode=auto on sm_90"].detail
+    monkeypatch.setenv("CAOVAN_TURING_MMA", "off")
+    named = _named(run_doctor(only=["gdn-auto"], inventory=gpus))
+    assert "GDNCore kernels on sm_75 with Triton's FMA dots" in named["GDNCore in caovan_mode=auto on sm_75"].detail
 
 
 def test_triton_on_sm75_really_compiles_to_fma(report):

@@ -2,6 +2,7 @@
 
 import pytest
 
+from caovan_kernels.vllm import auto_choice
 from caovan_kernels.vllm.layer import _decide
 from caovan_kernels.vllm.settings import PluginConfigError, PluginSettings
 
@@ -31,14 +32,39 @@ def test_unknown_mode_is_a_clear_error(bad):
         PluginSettings().with_additional_config({"caovan_mode": bad})
 
 
+FASTER = lambda: (True, "GDNCore measured faster here")  # noqa: E731 - auto's measured verdicts, as the GPU
+SLOWER = lambda: (False, "stock measured faster here")  # noqa: E731
+
+
 @pytest.mark.parametrize(
-    ("mode", "on_cuda", "active"),
-    [("auto", True, True), ("auto", False, False), ("off", True, False), ("force", False, True)],
+    ("mode", "on_cuda", "auto", "active"),
+    [("auto", True, FASTER, True), ("auto", True, SLOWER, False), ("auto", False, FASTER, False),
+     ("off", True, FASTER, False), ("force", False, SLOWER, True), ("force", True, SLOWER, True)],
 )
-def test_mode_decides_where_gdncore_runs(mode, on_cuda, active):
-    decided, reason = _decide(PluginSettings(mode=mode), on_cuda)
+def test_mode_decides_where_gdncore_runs(mode, on_cuda, auto, active):
+    decided, reason = _decide(PluginSettings(mode=mode), on_cuda, auto)
     assert decided is active
     assert f"caovan_mode={mode}" in reason
+    if mode == "auto" and on_cuda:
+        assert auto()[1] in reason
+
+
+def test_require_turbo3_outranks_autos_speed_choice():
+    decided, reason = _decide(PluginSettings(mode="auto", require_turbo3=True), True, SLOWER)
+    assert decided and "caovan_require_turbo3" in reason and "stock measured faster here" in reason
+
+
+@pytest.mark.parametrize(("arch", "turing_mma", "triton", "gdncore", "where"), [
+    (75, False, (3, 6), True, "sm_75 with Triton's FMA dots"),
+    (75, True, (3, 6), False, "sm_75 with TensorCore75"),
+    (75, False, (3, 3), False, "sm_75: GDNCore has no measurement"),  # Triton < 3.4 has Turing mma itself
+    (90, False, (3, 6), False, "sm_90, where they measured faster"),
+    (86, False, (3, 6), False, "sm_86: GDNCore has no measurement"),
+])
+def test_auto_runs_gdncore_only_where_it_measured_faster(arch, turing_mma, triton, gdncore, where):
+    ours, why = auto_choice.auto_choice(arch, turing_mma, triton)
+    assert ours is gdncore and where in why
+    assert ("GDNCore kernels" if gdncore else "stock vLLM GDN kernels") in why
 
 
 def test_disabled_plugin_never_takes_over():
