@@ -184,6 +184,7 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
 def sweep() -> None:
     """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged)."""
     from caovan_kernels.gdn import chunk, recurrent
+    from caovan_kernels.gdn._common import FMA
 
     H, HV = TP["TP2"]
     default_decode, default_k2 = recurrent.decode_blocks, chunk.kernel2_blocks
@@ -196,7 +197,7 @@ def sweep() -> None:
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
     for bv, warps in ((16, 4), (32, 4), (32, 8), (64, 4), (64, 8)):
-        chunk.kernel2_blocks = lambda dk, dv, fma, bv=bv, warps=warps: (128, bv, 128 if not fma else 32, warps)
+        chunk.kernel2_blocks = lambda dk, dv, form, bv=bv, warps=warps: (128, bv, 32 if form == FMA else 128, warps)
         fns = prefill_case(H, HV, [8192])
         print(f"sweep prefill 1x8192 K2 BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 1, 5):.1f} us", flush=True)
     chunk.kernel2_blocks = default_k2

@@ -8,9 +8,10 @@ Per 64-token chunk, with cumulative log decays G_i and A_ij = beta_i exp(G_i - G
 
 Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and
 solves for w and u by block forward substitution, so no 64x64 inverse is ever formed. The state S stays fp32 in
-kernel 2 for the whole sequence (in registers; on sm_75, in a per-program scratch, see kernel2_blocks); only
-w, u, Aqk (input dtype) and G (fp32) go through memory. reference.chunked_gated_delta_rule is the same algorithm
-in plain torch.
+kernel 2 for the whole sequence (in registers; where dots are FMA, in a per-program scratch, see kernel2_blocks);
+only w, u, Aqk (input dtype) and G (fp32) go through memory. How the products run (operand dtype, block sizes)
+follows a DotPlan: tensor cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise.
+reference.chunked_gated_delta_rule is the same algorithm in plain torch.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ import torch
 import triton
 import triton.language as tl
 
-from caovan_kernels.gdn._common import CHUNK, SUB, check_heads, head_block, interpreting, precision_for, token_major
+from caovan_kernels.gdn._common import (
+    CHUNK, FMA, SUB, TURING_MMA, DotPlan, check_heads, dot_plan, head_block, token_major,
+)
 from caovan_kernels.gdn.l2norm import l2norm_scale
-from caovan_kernels.tensorcore75.eligibility import keep_triton_lowering
 
 # State I/O modes of kernel 2 (runtime ints: one compiled kernel serves all of them).
 STATE_NONE, STATE_PER_SEQUENCE, STATE_CACHE_SLOTS = 0, 1, 2
@@ -56,12 +58,18 @@ def _unit_lower_inverse(a, SUB: tl.constexpr):
 
 @triton.jit
 def _block_solve(d0, d1, d2, d3, a10, a20, a21, a30, a31, a32, b0, b1, b2, b3, DOT: tl.constexpr):
-    """X = (I + A)^-1 B by 16-row blocks: X_i = D_i (B_i - sum_{j<i} A_ij X_j), D_i the inverted diagonal blocks."""
-    x0 = tl.dot(d0, b0, input_precision=DOT)
-    x1 = tl.dot(d1, b1 - tl.dot(a10, x0, input_precision=DOT), input_precision=DOT)
-    x2 = tl.dot(d2, b2 - tl.dot(a20, x0, input_precision=DOT) - tl.dot(a21, x1, input_precision=DOT), input_precision=DOT)
-    r3 = b3 - tl.dot(a30, x0, input_precision=DOT) - tl.dot(a31, x1, input_precision=DOT)
-    x3 = tl.dot(d3, r3 - tl.dot(a32, x2, input_precision=DOT), input_precision=DOT)
+    """X = (I + A)^-1 B by 16-row blocks: X_i = D_i (B_i - sum_{j<i} A_ij X_j), D_i the inverted diagonal blocks.
+
+    Products take their operands in d0's dtype with fp32 accumulation; residuals stay fp32 until used as one."""
+    op_t = d0.dtype
+    x0 = tl.dot(d0, b0.to(op_t), input_precision=DOT)
+    x0_op = x0.to(op_t)
+    x1 = tl.dot(d1, (b1 - tl.dot(a10, x0_op, input_precision=DOT)).to(op_t), input_precision=DOT)
+    x1_op = x1.to(op_t)
+    r2 = b2 - tl.dot(a20, x0_op, input_precision=DOT) - tl.dot(a21, x1_op, input_precision=DOT)
+    x2 = tl.dot(d2, r2.to(op_t), input_precision=DOT)
+    r3 = b3 - tl.dot(a30, x0_op, input_precision=DOT) - tl.dot(a31, x1_op, input_precision=DOT)
+    x3 = tl.dot(d3, (r3 - tl.dot(a32, x2.to(op_t), input_precision=DOT)).to(op_t), input_precision=DOT)
     return x0, x1, x2, x3
 
 
@@ -84,9 +92,14 @@ def _chunk_wy_kernel(
     heads_k, heads_v, dim_k, dim_v,
     raw_gate, raw_beta,
     BKC: tl.constexpr, BVC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr,
+    TENSOR_CORES: tl.constexpr,
 ):  # fmt: skip
+    """One (chunk, value head). NATIVE: the k k^T and q k^T products take the input dtype (see
+    _chunk_state_output_kernel). TENSOR_CORES: the WY solve's do too; otherwise it multiplies fp32 (FMA dots,
+    where fp32 operands cost nothing extra and keep the inverse's digits)."""
     c, hv = tl.program_id(0), tl.program_id(1)
-    op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32  # see _chunk_state_output_kernel
+    op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
+    solve_t = op_t if TENSOR_CORES else tl.float32
     seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
     if seq < 0:  # padding entry of the chunk table (its length is an upper bound)
         return
@@ -184,16 +197,17 @@ def _chunk_wy_kernel(
     _store_rows(aqk_ptr, _decayed(qk33, G3, G3, 2, SUB) * scale, t3, m3, ld_a, off_a + 3 * SUB, r, r < SUB)
 
     # A = beta_i exp(G_i - G_j) k_i.k_j below the diagonal; invert the diagonal blocks of I + A
-    a10 = _decayed(kk10, G1, G0, 0, SUB) * b1[:, None]
-    a20 = _decayed(kk20, G2, G0, 0, SUB) * b2[:, None]
-    a21 = _decayed(kk21, G2, G1, 0, SUB) * b2[:, None]
-    a30 = _decayed(kk30, G3, G0, 0, SUB) * b3[:, None]
-    a31 = _decayed(kk31, G3, G1, 0, SUB) * b3[:, None]
-    a32 = _decayed(kk32, G3, G2, 0, SUB) * b3[:, None]
-    d0 = _unit_lower_inverse(_decayed(kk00, G0, G0, 1, SUB) * b0[:, None], SUB)
-    d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB)
-    d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB)
-    d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB)
+    a10 = (_decayed(kk10, G1, G0, 0, SUB) * b1[:, None]).to(solve_t)
+    a20 = (_decayed(kk20, G2, G0, 0, SUB) * b2[:, None]).to(solve_t)
+    a21 = (_decayed(kk21, G2, G1, 0, SUB) * b2[:, None]).to(solve_t)
+    a30 = (_decayed(kk30, G3, G0, 0, SUB) * b3[:, None]).to(solve_t)
+    a31 = (_decayed(kk31, G3, G1, 0, SUB) * b3[:, None]).to(solve_t)
+    a32 = (_decayed(kk32, G3, G2, 0, SUB) * b3[:, None]).to(solve_t)
+    # the inverse is formed in fp32 and rounded once, as an operand
+    d0 = _unit_lower_inverse(_decayed(kk00, G0, G0, 1, SUB) * b0[:, None], SUB).to(solve_t)
+    d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB).to(solve_t)
+    d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB).to(solve_t)
+    d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB).to(solve_t)
 
     # pass 2: w = (I + A)^-1 (beta exp(G) k), column block by column block
     ld_w = heads_v * dim_k
@@ -260,11 +274,11 @@ def _chunk_state_output_kernel(
 ):  # fmt: skip
     """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
 
-    SPLIT_K == BK: the fp32 state tile lives in registers (GPUs with tensor cores). SPLIT_K < BK (sm_75, where
-    tl.dot is FMA and a product over a 128-deep axis holds whole operand rows per thread and spills): the state
-    lives in a per-program fp32 scratch (L1/L2 resident) and every product runs over SPLIT_K-row slices of it.
+    SPLIT_K == BK: the fp32 state tile lives in registers (tensor-core dots). SPLIT_K < BK (FMA dots: sm_75
+    without TensorCore75, where a product over a 128-deep axis holds whole operand rows per thread and spills): the
+    state lives in a per-program fp32 scratch (L1/L2 resident) and every product runs over SPLIT_K-row slices of it.
     NATIVE: dot operands in the input dtype with fp32 accumulation (what tensor cores take; the state is rounded
-    only as an operand and stays fp32 between chunks). Off in the interpreter, whose bf16 dot is broken.
+    only as an operand and stays fp32 between chunks). In the interpreter, fp16 only (its bf16 dot is broken).
     """
     iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
@@ -370,29 +384,32 @@ def _chunk_state_output_kernel(
                 tl.store(ht_base + _state_offsets(rk, rv, dim_k, dim_v, V_FIRST), S.to(ht_ptr.dtype.element_ty), mask=mask)
 
 
-# Its sm_75 configuration is sized for FMA dots (state in fp32 scratch slices); with TensorCore75's MMA layouts that
-# configuration spills registers on sm_75 (8 bytes, ptxas -v), so it keeps Triton's own lowering there.
-keep_triton_lowering("_chunk_state_output_kernel", "sized_for_fma")
-
-
-def kernel2_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int, int]:
+def kernel2_blocks(dim_k: int, dim_v: int, form: str) -> tuple[int, int, int, int]:
     """(BK, BV, SPLIT_K, num_warps) of the state/output kernel.
 
     With tensor cores the fp32 state tile BK x BV stays in registers (BV 32: enough programs for one long
-    sequence). Where tl.dot is FMA (sm_75, the interpreter) the state goes through scratch in 32-row slices and
-    value blocks are 16 wide: the sizes at which ptxas keeps every product without spilling on sm_75.
+    sequence; 16 at BK 256 on sm_75, where 32 spills). Where tl.dot is FMA (sm_75 without TensorCore75, the
+    interpreter) the state goes through scratch in 32-row slices and value blocks are 16 wide: the sizes at which
+    ptxas keeps every product without spilling on sm_75.
     """
     bk = head_block(dim_k)
     bv = min(32, head_block(dim_v))
-    if fma_only:
+    if form == FMA:
         return bk, min(16, bv), min(32, bk), 8
+    if form == TURING_MMA and bk > 128:
+        return bk, 16, bk, 8
     return bk, bv, bk, 8 if bk > 64 else 4
 
 
-def kernel1_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int]:
-    """(BKC, BVC, num_warps) of the WY kernel: column blocks bound its registers for any head dim (FMA: smaller)."""
-    if fma_only:
+def kernel1_blocks(dim_k: int, dim_v: int, form: str) -> tuple[int, int, int]:
+    """(BKC, BVC, num_warps) of the WY kernel: column blocks bound its registers for any head dim.
+
+    Its twenty 16x16 accumulators and ten solve blocks stay live across the column loops; on sm_75 the MMA form
+    keeps them free of spills only with 16-wide column blocks over 4 warps (sm75_fit)."""
+    if form == FMA:
         return min(32, head_block(dim_k)), min(16, head_block(dim_v)), 8
+    if form == TURING_MMA:
+        return 16, 16, 4
     return min(64, head_block(dim_k)), min(64, head_block(dim_v)), 4
 
 
@@ -451,6 +468,7 @@ def chunk_gated_delta_rule(
     ssm_state_indices: torch.Tensor | None = None,
     has_initial_state: torch.Tensor | None = None,
     core_attn_out: torch.Tensor | None = None,
+    plan: DotPlan | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated DeltaNet prefill, fla-core 0.6.0's call: q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV].
@@ -463,6 +481,8 @@ def chunk_gated_delta_rule(
     has_initial_state[n] is False) and, when output_final_state, its final state is written back into that slot
     in place; the cache itself is returned. Slots <= 0 (vLLM's null block, padding) are neither read nor written.
     chunk_indices (fla's layout, chunk size 64) skips building the chunk table; cu_seqlens_cpu is not needed.
+    plan: how the products run (default: what this device and compile target take, _common.dot_plan); tests pass
+    one to run the tensor-core form through the interpreter.
     """
     if cp_context is not None:
         raise NotImplementedError("caovan GDN: context parallelism (cp_context) is a training feature; not supported")
@@ -499,16 +519,15 @@ def chunk_gated_delta_rule(
         return o, None
 
     table = chunk_indices.to(torch.int32) if chunk_indices is not None else chunk_table(cu, total)
-    dot = precision_for(q)
-    native = not interpreting()
-    fma_only = dot == "ieee"  # no tensor cores for these dots: sm_75, or the interpreter
-    bkc, bvc, warps1 = kernel1_blocks(K, V, fma_only)
+    plan = plan or dot_plan(q, K, V)
+    bkc, bvc, warps1 = kernel1_blocks(K, V, plan.form)
     _chunk_wy_kernel[(table.shape[0], HV)](
         q, k, v, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
         w, u, aqk, gcum, table, cu,
         stride_q, stride_k, stride_v, scale, 2.0 if allow_neg_eigval else 1.0,
         H, HV, K, V, int(use_gate_in_kernel), int(use_beta_sigmoid_in_kernel),
-        BKC=bkc, BVC=bvc, SUB=SUB, DOT=dot, NATIVE=native, num_warps=warps1,
+        BKC=bkc, BVC=bvc, SUB=SUB, DOT=plan.precision, NATIVE=plan.native, TENSOR_CORES=plan.form != FMA,
+        num_warps=warps1,
     )  # fmt: skip
 
     state_shape = (n_seq, HV, V, K) if state_v_first else (n_seq, HV, K, V)
@@ -534,7 +553,7 @@ def chunk_gated_delta_rule(
     if has_initial_state is not None:
         has_init = has_initial_state.to(torch.int8)
 
-    bk, bv, split_k, warps2 = kernel2_blocks(K, V, fma_only)
+    bk, bv, split_k, warps2 = kernel2_blocks(K, V, plan.form)
     grid = (triton.cdiv(V, bv), n_seq * HV)
     scratch = gcum if split_k == bk else torch.empty(grid[0] * grid[1] * bk * bv, dtype=torch.float32, device=device)
     _chunk_state_output_kernel[grid](
@@ -543,6 +562,7 @@ def chunk_gated_delta_rule(
         stride_q, stride_k, stride_state, scale,
         H, HV, K, V,
         h0_mode, ht_mode, int(has_initial_state is not None),
-        BT=CHUNK, BK=bk, BV=bv, SPLIT_K=split_k, V_FIRST=state_v_first, DOT=dot, NATIVE=native, num_warps=warps2,
+        BT=CHUNK, BK=bk, BV=bv, SPLIT_K=split_k, V_FIRST=state_v_first, DOT=plan.precision, NATIVE=plan.native,
+        num_warps=warps2,
     )  # fmt: skip
     return o, final

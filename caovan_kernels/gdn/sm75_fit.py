@@ -2,8 +2,10 @@
 
 Each configuration is compiled for sm_75 (triton.compile with GPUTarget("cuda", 75, 32)); the PTX then goes
 through Triton's bundled ptxas -v for sm_75 to read registers and spills. A configuration fits when its shared
-memory is within the 64 KB an sm_75 SM has, ptxas reports no spill stores or loads, and (fp16 inputs) the PTX
-holds no bf16 instruction, which sm_75 lacks.
+memory is within the 64 KB an sm_75 SM has, ptxas reports no spill stores or loads, (fp16 inputs) the PTX holds
+no bf16 instruction, which sm_75 lacks, and its dots run where its form says: the FMA form (Triton's own lowering)
+holds no mma; the prefill's tensor-core form, compiled through TensorCore75's hook as a 2080 Ti user's process
+compiles it, holds mma.sync m16n8k8.
 
 Run as `python -m caovan_kernels.gdn.sm75_fit [--json]` (TRITON_INTERPRET must be unset).
 """
@@ -19,12 +21,13 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from caovan_kernels.gdn import chunk, l2norm, recurrent
-from caovan_kernels.gdn._common import CHUNK, SUB, head_block
+from caovan_kernels.gdn._common import CHUNK, FMA, SUB, TURING_MMA, head_block, plan_for_target
 
 SM75 = GPUTarget("cuda", 75, 32)
 SM75_SHARED_BYTES = 64 * 1024
@@ -41,6 +44,7 @@ class Config:
     constexprs: dict[str, object]
     aligned: list[str]  # arguments the launch sees 16-divisible (Triton specialises on that)
     num_warps: int
+    tensor_cores: bool = False  # compiled through TensorCore75, expected on m16n8k8
 
 
 @dataclass
@@ -51,10 +55,13 @@ class Fit:
     registers: int
     spill_bytes: int
     bf16_in_ptx: bool
+    tensor_cores: bool
+    mma_in_ptx: bool
 
     @property
     def fits(self) -> bool:
-        return self.shared_bytes <= SM75_SHARED_BYTES and self.spill_bytes == 0 and not self.bf16_in_ptx
+        return (self.shared_bytes <= SM75_SHARED_BYTES and self.spill_bytes == 0 and not self.bf16_in_ptx
+                and self.mma_in_ptx == self.tensor_cores)
 
 
 def _signature(fn: object, types: dict[str, str], constexprs: dict[str, object]) -> dict[str, str]:
@@ -69,7 +76,8 @@ def _dims_aligned(dim_k: int, dim_v: int) -> list[str]:
 
 
 def launch_configs() -> list[Config]:
-    """Every (kernel, blocks, warps, layout) the wrappers launch on an sm_75 GPU (fp16), per reachable head dim."""
+    """Every (kernel, blocks, warps, layout) the wrappers launch on an sm_75 GPU (fp16), per reachable head dim, in
+    each form the prefill takes there (FMA; Turing MMA where TensorCore75 is on and the plan takes it)."""
     configs: list[Config] = []
     ptr_f32 = {"gcum_ptr": "*fp32", "scratch_ptr": "*fp32", "A_log_ptr": "*fp32", "dt_bias_ptr": "*fp32", "h0_ptr": "*fp32", "ht_ptr": "*fp32"}
     ints = {"chunk_ptr": "*i32", "cu_ptr": "*i32", "slot_ptr": "*i32", "accepted_ptr": "*i32", "has_h0_ptr": "*i8"}
@@ -77,16 +85,19 @@ def launch_configs() -> list[Config]:
     types = {**ptr_f32, **ints, **floats}
     strides = ["stride_q", "stride_k", "stride_v", "stride_state", "stride_h0", "stride_ht"]
     for dim in HEAD_DIMS:
-        bkc, bvc, warps1 = chunk.kernel1_blocks(dim, dim, fma_only=True)
-        ce = {"BKC": bkc, "BVC": bvc, "SUB": SUB, "DOT": "ieee", "NATIVE": True}
-        fn = chunk._chunk_wy_kernel
-        configs.append(Config("chunk_wy", f"K=V={dim} BKC={bkc} BVC={bvc} w{warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps1))
-        bk, bv, split_k, warps2 = chunk.kernel2_blocks(dim, dim, fma_only=True)
-        for v_first in (False, True):
-            ce = {"BT": CHUNK, "BK": bk, "BV": bv, "SPLIT_K": split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
-            fn = chunk._chunk_state_output_kernel
-            label = f"K=V={dim} BK={bk} BV={bv} SK={split_k} w{warps2} {'VK' if v_first else 'KV'}"
-            configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps2))
+        forms = (FMA, TURING_MMA) if plan_for_target(75, torch.float16, dim, dim, True).form == TURING_MMA else (FMA,)
+        for form in forms:
+            tc = form == TURING_MMA
+            bkc, bvc, warps1 = chunk.kernel1_blocks(dim, dim, form)
+            ce = {"BKC": bkc, "BVC": bvc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
+            fn = chunk._chunk_wy_kernel
+            configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={bkc} BVC={bvc} w{warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps1, tc))
+            bk, bv, split_k, warps2 = chunk.kernel2_blocks(dim, dim, form)
+            for v_first in (False, True):
+                ce = {"BT": CHUNK, "BK": bk, "BV": bv, "SPLIT_K": split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
+                fn = chunk._chunk_state_output_kernel
+                label = f"{form} K=V={dim} BK={bk} BV={bv} SK={split_k} w{warps2} {'VK' if v_first else 'KV'}"
+                configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps2, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, fma_only=True)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}
@@ -114,6 +125,10 @@ def ptxas_path() -> str:
 
 
 def check(cfg: Config) -> Fit:
+    from caovan_kernels import tensorcore75
+
+    # The hook is the process's: attached for the tensor-core form only, so the FMA form is Triton's own lowering.
+    tensorcore75.process().activate("force" if cfg.tensor_cores else "off")
     src = ASTSource(cfg.fn, cfg.signature, constexprs=cfg.constexprs, attrs=_attrs(cfg))
     compiled = triton.compile(src, target=SM75, options={"num_warps": cfg.num_warps})
     ptx = compiled.asm["ptx"]
@@ -127,7 +142,8 @@ def check(cfg: Config) -> Fit:
     registers = int(_PTXAS_STATS.search(report).group(1))
     spill = sum(int(s) + int(l) for s, l in _SPILLS.findall(report))
     bf16 = re.search(r"\.bf16|bf16x2", ptx) is not None
-    return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16)
+    mma = "mma.sync.aligned.m16n8k8" in ptx
+    return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16, cfg.tensor_cores, mma)
 
 
 def check_all() -> list[Fit]:
@@ -135,9 +151,10 @@ def check_all() -> list[Fit]:
 
 
 def table(fits: list[Fit]) -> str:
-    lines = [f"{'kernel':<20} {'config':<34} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} fits"]
+    lines = [f"{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} {'mma':>5} fits"]
     for f in fits:
-        lines.append(f"{f.kernel:<20} {f.config:<34} {f.shared_bytes:>9} {f.registers:>5} {f.spill_bytes:>8} {str(f.bf16_in_ptx):>5} {'yes' if f.fits else 'NO'}")
+        lines.append(f"{f.kernel:<20} {f.config:<46} {f.shared_bytes:>9} {f.registers:>5} {f.spill_bytes:>8} "
+                     f"{str(f.bf16_in_ptx):>5} {str(f.mma_in_ptx):>5} {'yes' if f.fits else 'NO'}")
     return "\n".join(lines)
 
 

@@ -155,6 +155,13 @@ class TensorCore75:
 _process: TensorCore75 | None = None
 
 
+def retargets_fp16_dots() -> bool:
+    """Whether this process's sm_75 compiles put fp16 dots on tensor cores (kernels that size themselves by it ask
+    here; it creates nothing)."""
+    status = None if _process is None else _process.status
+    return status is not None and status.active
+
+
 def process() -> TensorCore75:
     """This process's TensorCore75 (created on first use, logging through the plugin's logger)."""
     global _process

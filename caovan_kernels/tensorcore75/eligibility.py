@@ -2,8 +2,8 @@
 
 Turing's tensor cores take fp16 operands (mma.sync m16n8k8, fp16 or fp32 accumulation) and int8 operands (m8n8k16,
 int32 accumulation). They take no tf32, bf16 or fp8: a kernel with such a dot keeps Triton's own lowering, and so does a
-kernel with any fp32 dot, whatever its precision: kernels that mix fp32 and fp16 dots (GDNCore's sm_75 prefill, which
-keeps its state in fp32 scratch) spill registers once their fp16 dots use MMA layouts, measured with ptxas for sm_75.
+kernel with any fp32 dot, whatever its precision: a kernel that mixes fp32 and fp16 dots was sized for FMA, and such
+kernels spill registers once their fp16 dots use MMA layouts (measured with ptxas for sm_75).
 """
 
 from __future__ import annotations
@@ -14,16 +14,6 @@ from dataclasses import dataclass
 # `%c = tt.dot %a, %b, %acc[, inputPrecision = tf32][, maxNumImpreciseAcc = 0] : tensor<AxBxf16> * tensor<..> -> ..`
 _DOT = re.compile(r"\btt\.dot\s[^:\n]*:\s*tensor<(?P<a>[^<>]+)>\s*\*\s*tensor<(?P<b>[^<>]+)>")
 _SCALED_DOT = re.compile(r"\btt\.dot_scaled\b")
-
-
-# Kernels that keep Triton's own sm_75 lowering whatever their dots, by kernel name -> reason (a census key).
-_KEEP: dict[str, str] = {}
-
-
-def keep_triton_lowering(kernel: str, reason: str) -> None:
-    """Exempt a kernel (its @triton.jit function's name) from retargeting: for kernels whose sm_75 configuration is
-    sized for FMA and would lose under MMA layouts."""
-    _KEEP[kernel] = reason
 
 
 @dataclass(frozen=True)
@@ -51,10 +41,8 @@ def _dot_class(a: str, b: str, int8: bool) -> str:
     return f"{a.lower()}_dot"  # bf16 (sm_80), f64, ...
 
 
-def classify(ttir: str, *, int8: bool, kernel: str = "") -> Verdict:
+def classify(ttir: str, *, int8: bool) -> Verdict:
     """Decide for one kernel from its TTIR text; `int8` says whether int8 dots may be retargeted."""
-    if kernel in _KEEP:
-        return Verdict(False, _KEEP[kernel])
     if _SCALED_DOT.search(ttir):
         return Verdict(False, "scaled_dot")
     classes = [_dot_class(_element(m["a"]), _element(m["b"]), int8) for m in _DOT.finditer(ttir)]

@@ -57,7 +57,7 @@ class KernelCompile:
 
     def ttgir(self, src: Any, metadata: dict) -> Any:
         text = str(src)
-        verdict = classify(text, int8=self.int8, kernel=src.get_entry_func_name())
+        verdict = classify(text, int8=self.int8)
         if not verdict.retarget:
             metadata[METADATA_KEY] = decision_text(False, verdict.reason)
             return self.stock["ttgir"](src, metadata)

@@ -9,6 +9,7 @@ from gdn_cases import make_inputs, random_states
 from caovan_kernels.gdn.accuracy import CHUNK_TOL, rel_err
 from caovan_kernels.gdn import chunk_gated_delta_rule
 from caovan_kernels.gdn import reference as R
+from caovan_kernels.gdn._common import FMA, TENSOR_CORES, TURING_MMA, DotPlan, plan_for_target
 
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -95,6 +96,55 @@ def test_chunk_varlen_state_cache(gen, device, state_v_first):
         assert rel_err(got[slot], ref_h[n]) < CHUNK_TOL[dtype], f"slot {slot}"
     untouched = [s for s in range(9) if s not in (5, 2, 7)]
     assert torch.equal(cache[untouched], before[untouched])
+
+
+# The forms of the prefill, each run through the interpreter with fp16 operands: FMA-sized (sm_75, Triton's own
+# lowering), Turing MMA (sm_75 with TensorCore75) and tensor cores (sm_80+): fp16 operands in every product.
+PLANS = {form: DotPlan("ieee", native=True, form=form) for form in (FMA, TURING_MMA, TENSOR_CORES)}
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
+    """Qwen3.6-27B's GDN head shape (K = V = 128, 3 value heads per key head), fp16, vLLM's varlen state-cache call:
+    outputs and final states within CHUNK_TOL of the float64 recurrence."""
+    lens, H, HV, K, V, dtype = [150, 70], 1, 3, 128, 128, torch.float16
+    cu = [0, lens[0], sum(lens)]
+    x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
+    states = random_states(gen, 3, HV, K, V, device)
+    cache = states.transpose(-1, -2).contiguous()  # vLLM's [slot, HV, V, K]
+    out = _poisoned((1, cu[-1], HV, V), dtype, device)
+    chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, initial_state=cache, output_final_state=True,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), state_v_first=True,
+        ssm_state_indices=torch.tensor([1, 2], dtype=torch.int32, device=device), core_attn_out=out,
+        plan=PLANS[plan],
+    )  # fmt: skip
+    ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, cu, states[1:])
+    errors = [rel_err(out[0], ref_o)] + [rel_err(cache[n + 1].transpose(-1, -2), ref_h[n]) for n in range(2)]
+    print(f"{plan}: output {errors[0]:.2e}, final states {errors[1]:.2e} {errors[2]:.2e} (bound {CHUNK_TOL[dtype]})")
+    assert max(errors) < CHUNK_TOL[dtype]
+
+
+def test_a_tensor_core_plan_takes_native_operands():
+    with pytest.raises(ValueError, match="native=True"):
+        DotPlan("ieee", native=False, form=TURING_MMA)
+    with pytest.raises(ValueError, match="unknown GDN prefill form"):
+        DotPlan("ieee", native=True, form="wmma")
+
+
+@pytest.mark.parametrize("arch,dtype,dims,turing_mma,expected", [
+    (None, torch.float16, (128, 128), True, DotPlan("ieee", True, FMA)),  # the interpreter: fp16 emulated exactly
+    (None, torch.bfloat16, (128, 128), True, DotPlan("ieee", False, FMA)),  # ... bf16 not
+    (90, torch.bfloat16, (128, 128), False, DotPlan("tf32", True, TENSOR_CORES)),
+    (75, torch.float16, (128, 128), True, DotPlan("ieee", True, TURING_MMA)),
+    (75, torch.float16, (256, 256), True, DotPlan("ieee", True, TURING_MMA)),
+    (75, torch.float16, (128, 128), False, DotPlan("ieee", True, FMA)),  # TensorCore75 off
+    (75, torch.float16, (100, 128), True, DotPlan("ieee", True, FMA)),  # a masked head dim spills in MMA form
+    (75, torch.bfloat16, (128, 128), True, DotPlan("ieee", True, FMA)),  # Turing has no bf16 tensor cores
+    (70, torch.float16, (128, 128), True, DotPlan("ieee", True, FMA)),  # TensorCore75 retargets sm_75 only
+])
+def test_plan_for_each_target(arch, dtype, dims, turing_mma, expected):
+    assert plan_for_target(arch, dtype, *dims, turing_mma) == expected
 
 
 def test_chunk_in_kernel_norm_and_gates(gen, device):

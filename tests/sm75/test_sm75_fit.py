@@ -1,8 +1,9 @@
 """Every GDN kernel configuration the wrappers launch on sm_75 compiles for it within Turing's limits.
 
 Compiled with triton.compile(target=GPUTarget("cuda", 75, 32)) and measured with the ptxas -v bundled with
-Triton: shared memory within 64 KB, no spill stores or loads, no bf16 instruction in the fp16 PTX. The table
-(kernel, config, shared memory, registers) is printed.
+Triton: shared memory within 64 KB, no spill stores or loads, no bf16 instruction in the fp16 PTX, mma.sync
+m16n8k8 in the prefill's Turing MMA form (compiled through TensorCore75's hook) and none in the FMA form. The
+table (kernel, config, shared memory, registers, mma) is printed.
 """
 
 from __future__ import annotations
@@ -25,10 +26,14 @@ def test_every_launch_config_fits_sm75() -> None:
     )  # fmt: skip
     assert done.stdout.strip(), f"the fitness check printed nothing:\n{done.stderr[-3000:]}"
     fits = json.loads(done.stdout)
-    print(f"\n{'kernel':<20} {'config':<40} {'shared B':>9} {'regs':>5} {'spill B':>8} bf16")
+    print(f"\n{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} mma")
     for f in fits:
-        print(f"{f['kernel']:<20} {f['config']:<40} {f['shared_bytes']:>9} {f['registers']:>5} {f['spill_bytes']:>8} {f['bf16_in_ptx']}")
+        print(f"{f['kernel']:<20} {f['config']:<46} {f['shared_bytes']:>9} {f['registers']:>5} {f['spill_bytes']:>8} "
+              f"{str(f['bf16_in_ptx']):>5} {f['mma_in_ptx']}")
     kernels = {f["kernel"] for f in fits}
     assert kernels == {"chunk_wy", "chunk_state_output", "recurrent", "l2norm_scale"}
+    # Qwen3.6's GDN head dim (128) takes the Turing MMA form in both prefill kernels
+    turing = {f["kernel"] for f in fits if f["config"].startswith("turing_mma K=V=128 ")}
+    assert turing == {"chunk_wy", "chunk_state_output"}, turing
     misfits = [f for f in fits if not f["fits"]]
     assert not misfits, f"configurations that do not fit sm_75: {misfits}"

@@ -53,11 +53,11 @@ def test_what_gets_tensor_cores(surveyed) -> None:
     for kernel in ("kernel_unified_attention", "chunk_scaled_dot_kkt_fwd_kernel", "recompute_w_u_fwd_kernel",
                    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o"):
         assert decided[kernel] == {"mma:fp16"}, kernel
-    # fla's 16x16 triangular inverse and GDNCore's WY kernel multiply fp32; GDNCore's state/output kernel is sized
-    # for FMA on sm_75 and exempt
-    for kernel in ("merge_16x16_to_64x64_inverse_kernel", "_chunk_wy_kernel"):
-        assert decided[kernel] == {"kept:fp32_dot"}, kernel
-    assert decided["_chunk_state_output_kernel"] == {"kept:sized_for_fma"}
+    # GDNCore's prefill sees TensorCore75 on and takes its Turing MMA form: fp16 operands in both kernels
+    for kernel in ("_chunk_wy_kernel", "_chunk_state_output_kernel"):
+        assert decided[kernel] == {"mma:fp16"}, kernel
+    # fla's 16x16 triangular inverse multiplies fp32
+    assert decided["merge_16x16_to_64x64_inverse_kernel"] == {"kept:fp32_dot"}
     for kernel in ("reduce_segments", "chunk_local_cumsum_scalar_kernel", "fused_sigmoid_gating_delta_rule_update_kernel",
                    "_recurrent_kernel"):
         assert decided[kernel] == {"kept:no_dot"}, kernel
