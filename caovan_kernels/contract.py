@@ -12,9 +12,11 @@ wherever the engine's logger puts it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # --- launch facts shared by the planner and the daemon -------------------------------------------------------------
@@ -29,6 +31,12 @@ STALE_ENV_PREFIXES: tuple[str, ...] = ("CAOVAN_FLASHQLA_",)
 EMBEDDED_SERVED_MODEL_NAME = "caovan-demo"
 EMBEDDED_MAX_MODEL_LEN = 2048
 EMBEDDED_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: the demo model needs little
+
+
+def cache_dir() -> Path:
+    """Caovan's cache (demo models, the inspected vLLM's abilities, plugin builds): CAOVAN_CACHE_DIR, the seed's
+    variable, else ~/.cache/caovan."""
+    return Path(os.environ.get("CAOVAN_CACHE_DIR") or Path.home() / ".cache" / "caovan")
 
 
 def embedded_engine_args() -> list[str]:

@@ -23,11 +23,7 @@ from pydantic_settings import (
 )
 
 from caovan_kernels.contract import STALE_ENV_PREFIXES
-
-
-def default_cache_dir() -> Path:
-    # CAOVAN_CACHE_DIR is the seed's variable; keep honouring it.
-    return Path(os.environ.get("CAOVAN_CACHE_DIR") or Path.home() / ".cache" / "caovan")
+from caovan_kernels.contract import cache_dir as default_cache_dir
 
 
 def default_state_dir() -> Path:

@@ -13,11 +13,13 @@ Run as `python -m caovan_kernels.gdn.sm75_fit [--json]` (TRITON_INTERPRET must b
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -146,8 +148,19 @@ def check(cfg: Config) -> Fit:
     return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16, cfg.tensor_cores, mma)
 
 
-def check_all() -> list[Fit]:
-    return [check(cfg) for cfg in launch_configs()]
+def _check_index(index: int) -> Fit:
+    return check(launch_configs()[index])
+
+
+def check_all(workers: int | None = None) -> list[Fit]:
+    """Every configuration, compiled in `workers` processes (default: one per core, up to 4): Triton compiles on
+    one thread, and each worker owns its own TensorCore75 state."""
+    count = len(launch_configs())
+    workers = workers or min(os.cpu_count() or 1, 4)
+    if workers <= 1:
+        return [check(cfg) for cfg in launch_configs()]
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_check_index, range(count)))
 
 
 def table(fits: list[Fit]) -> str:

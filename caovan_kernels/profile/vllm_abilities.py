@@ -1,16 +1,26 @@
 """What the installed vLLM accepts, found by feature: the flags of its `vllm serve` parser (built without starting
 an engine), which of them it marks deprecated, and whether its Triton attention backend refuses an fp8 KV cache on
-older GPUs. A version table is used only where detection is impossible (planning without vLLM installed)."""
+older GPUs. A version table is used only where detection is impossible (planning without vLLM installed).
+
+Inspecting means importing vLLM (about 10 s on a 2-core machine), and `caovan-vllm-serve` plans every engine start:
+the result is kept in Caovan's cache, keyed by the installation (distribution, version, the files read and their
+modification times) and by this module's own source, so a changed vLLM or detector is inspected afresh."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
+import json
+import os
 import re
-from dataclasses import dataclass
+import tempfile
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from caovan_kernels.contract import cache_dir
 
 # Facts read from vLLM releases, used only when the installed vLLM cannot be inspected.
 VERSION_TABLE_DEPRECATED: dict[str, str] = {"--mamba-cache-mode": "0.33"}
@@ -127,8 +137,65 @@ def _fp8_refusal() -> tuple[int | None, str] | None:
     return None
 
 
+def _install_key() -> str | None:
+    """A digest of the installed vLLM as the inspection reads it, found without importing vLLM; None: no vLLM."""
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    distribution = _installed_distribution()
+    if spec is None or not spec.origin or distribution is None:
+        return None
+    package = Path(spec.origin).parent
+    read = [package / "__init__.py", package / "engine" / "arg_utils.py"]
+    read += [package.parent / f"{name.replace('.', '/')}.py" for name in _SERVE_PARSER_MODULES + _TRITON_ATTN_MODULES]
+    stamps = [f"{path}:{path.stat().st_mtime_ns}" for path in read if path.exists()]
+    material = [distribution, importlib.metadata.version(distribution), *stamps, Path(__file__).read_text()]
+    return hashlib.sha256("\n".join(material).encode()).hexdigest()[:20]
+
+
+def _cache_file(key: str) -> Path:
+    return cache_dir() / "vllm-abilities" / f"{key}.json"
+
+
+def _load(path: Path) -> VllmAbilities | None:
+    try:
+        data = json.loads(path.read_text())
+        options = data["options"]
+        return VllmAbilities(**{**data, "deprecated": frozenset(data["deprecated"]),
+                                "options": None if options is None else {k: tuple(v) for k, v in options.items()}})
+    except (OSError, ValueError, TypeError, KeyError):  # absent, or written by another layout: inspect again
+        return None
+
+
+def _store(path: Path, abilities: VllmAbilities) -> None:
+    data = asdict(abilities) | {"deprecated": sorted(abilities.deprecated)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump(data, out)
+        os.replace(tmp, path)  # readers see the old file or the whole new one
+    except OSError:
+        pass  # a read-only cache only costs the next start its inspection
+
+
 @lru_cache(maxsize=1)
 def detect_vllm() -> VllmAbilities:
+    """The installed vLLM's abilities: from the cache when this installation was inspected before, else inspected
+    (imports vLLM; builds its CLI parser; starts no engine)."""
+    key = _install_key()
+    if key is not None:
+        cached = _load(_cache_file(key))
+        if cached is not None:
+            return cached
+    abilities = inspect_vllm()
+    if key is not None and abilities.version is not None:
+        _store(_cache_file(key), abilities)
+    return abilities
+
+
+def inspect_vllm() -> VllmAbilities:
     """Inspect the vLLM installed in this interpreter (imports it; builds its CLI parser; starts no engine)."""
     try:
         import vllm

@@ -20,6 +20,8 @@ import torch
 import transformers
 from filelock import FileLock
 
+from caovan_kernels import contract
+
 from . import architecture, architecture_qwen3_5, checkpoint, checkpoint_qwen3_5, corpus, qwen3_5_recipe, tokenizer
 from . import train
 from .awq import format as awq_format
@@ -85,7 +87,7 @@ def variant(name: str) -> Variant:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("CAOVAN_CACHE_DIR") or Path.home() / ".cache" / "caovan")
+    return contract.cache_dir()
 
 
 def content_hash(name: str = DEFAULT) -> str:

