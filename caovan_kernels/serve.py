@@ -22,7 +22,7 @@ Start vLLM's OpenAI-compatible server for MODEL (a directory or a model name) wi
 (AutoSpec, AutoMem, DynamicTP, Elastic-KV; flags you pass always win), printing each decision and the effective
 command first. Example:
   caovan-vllm-serve ./Qwen3.6-27B-AWQ --tensor-parallel-size 2 \\
-      --additional-config '{"caovan":true,"caovan_mode":"auto","caovan_require_turbo3":true}'
+      --additional-config '{"caovan":true,"caovan_mode":"auto"}'
 Environment: CAOVAN_PROFILE=0 skips the profile; CAOVAN_MODE, CAOVAN_REQUIRE_TURBO3, CAOVAN_TURING_MMA as in the
 plugin.
 """

@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-# auto: our kernels where the seam and the device allow (a CUDA GPU); off: the stock vLLM path, the plugin only
-# reports; force: our kernels everywhere, on the CPU through Triton's interpreter (for tests and proofs).
+# auto: our kernels where they measured faster than vLLM's (vllm/auto_choice.py); off: the stock vLLM path, the
+# plugin only reports; force: our kernels everywhere, on the CPU through Triton's interpreter (for tests and proofs).
 MODES = ("auto", "off", "force")
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -58,6 +58,7 @@ class PluginSettings:
         if self.mode not in MODES:
             raise PluginConfigError(
                 f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(MODES)} "
-                "(auto = our kernels on CUDA GPUs, off = stock vLLM, force = our kernels everywhere)"
+                "(auto = our kernels where they measured faster than vLLM's, off = stock vLLM, "
+                "force = our kernels everywhere)"
             )
         return self
