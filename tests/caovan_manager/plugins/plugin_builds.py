@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
+# What a wheel never holds; the test Tritons (.triton-matrix, gigabytes) and test outputs above all.
 SKIP = (".venv", ".git", "tests", "docs", "benchmarks", "build", "dist", "*.egg-info", "__pycache__", "*.pyc",
-        ".pytest_cache")
+        ".pytest_cache", ".triton-matrix", "test-artifacts", ".gpu")
 
 
 def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: bool = False) -> Path:
