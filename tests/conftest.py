@@ -40,20 +40,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[SEED_KEY] = seed
 
 
-# `make test` runs two xdist workers with --dist loadgroup. One takes, one after another, every test that starts an
-# engine (two engines would share two cores) and the tests that bound time tightly; the other takes the rest, a
-# module at a time, so that module fixtures are built once.
-SERIAL = ("tests/caovan_manager/proxy/", "tests/caovan_manager/logwatch/test_fuzz.py",
-          "tests/caovan_manager/engine/test_process.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        serial = item.get_closest_marker("engine") is not None or module.startswith(SERIAL)
-        item.add_marker(pytest.mark.xdist_group("serial" if serial else module))
-
-
 def pytest_report_header(config: pytest.Config) -> str:
     return f"random seed: {config.stash[SEED_KEY]} (replay with --hypothesis-seed={config.stash[SEED_KEY]})"
 
