@@ -7,6 +7,9 @@ streamed completion's latency is dominated by the engine, the proxy hop itself i
 /v1/models, direct and proxied, many times (p50/p99 added latency).
 
     python benchmarks/proxy_bench.py [--concurrency 1,16,64] [--rounds 3] [--requests 2] [--max-tokens 32] [--json F]
+                                     [--routed]
+
+--routed serves the model as the one entry of a models table: the daemon reads each request's model to route it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 import httpx
 
 PROMPTS = ["Hello!", "Count from one to ten.", "Name five animals.", "Tell me a joke."]
+SERVED_NAME = "caovan-demo"  # the model the load's requests name (the embedded default's served name)
 
 
 @dataclass
@@ -59,7 +63,7 @@ def percentile(values: list[float], q: float) -> float:
 async def one_stream(client: httpx.AsyncClient, url: str, headers: dict, prompt: str, max_tokens: int
                      ) -> tuple[float, float, int]:
     """(ttft_s, latency_s, generated tokens) of one streamed chat completion."""
-    body = {"model": "caovan-demo", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+    body = {"model": SERVED_NAME, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     started = time.perf_counter()
     first = None
@@ -119,24 +123,30 @@ async def run_load(url: str, headers: dict, concurrency: int, requests: int, max
     into.errors += errors
 
 
-async def hop_latency(direct: str, daemon: str, headers: dict, samples: int) -> dict[str, float]:
-    """GET /v1/models direct and through the daemon, interleaved: the proxy hop alone."""
+async def hop_latency(direct: str, daemon: str, headers: dict, samples: int, path: str = "/v1/models"
+                      ) -> dict[str, float]:
+    """A GET direct and through the daemon, interleaved: the proxy hop alone. With a models table the daemon answers
+    GET /v1/models itself, so the hop goes to /v1/models/<name> (routed by its path; the engine answers both paths
+    alike, whatever it answers)."""
     times = {"direct": [], "daemon": []}
     async with httpx.AsyncClient(timeout=30) as client:
         for _ in range(20):  # warm both connection pools
-            await client.get(f"{direct}/v1/models")
-            await client.get(f"{daemon}/v1/models", headers=headers)
+            await client.get(f"{direct}{path}")
+            await client.get(f"{daemon}{path}", headers=headers)
         for _ in range(samples):
+            statuses = []
             for name, url, hdrs in (("direct", direct, {}), ("daemon", daemon, headers)):
                 started = time.perf_counter()
-                (await client.get(f"{url}/v1/models", headers=hdrs)).raise_for_status()
+                statuses.append((await client.get(f"{url}{path}", headers=hdrs)).status_code)
                 times[name].append(time.perf_counter() - started)
+            if statuses[0] != statuses[1] or statuses[0] >= 500:
+                raise SystemExit(f"GET {path}: direct answered {statuses[0]}, the daemon {statuses[1]}")
     added = [d - s for d, s in zip(times["daemon"], times["direct"])]
     return {"direct_p50_ms": percentile(times["direct"], 0.5) * 1e3,
             "daemon_p50_ms": percentile(times["daemon"], 0.5) * 1e3,
             "added_p50_ms": (percentile(times["daemon"], 0.5) - percentile(times["direct"], 0.5)) * 1e3,
             "added_p99_ms": (percentile(times["daemon"], 0.99) - percentile(times["direct"], 0.99)) * 1e3,
-            "added_pairwise_median_ms": statistics.median(added) * 1e3, "samples": samples}
+            "added_pairwise_median_ms": statistics.median(added) * 1e3, "samples": samples, "path": path}
 
 
 def free_port() -> int:
@@ -145,10 +155,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] = ()) -> tuple[subprocess.Popen, str]:
+def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] = (),
+                 routed: bool = False) -> tuple[subprocess.Popen, str]:
+    """`caovan serve`; routed: the same model as the one entry of a models table, so every request is routed by the
+    model its body names."""
     port = free_port()
     config = state_dir / "bench.toml"
-    config.write_text(f'port = {port}\nstate_dir = "{state_dir}"\n[proxy]\nqueue_size = 1024\n')
+    text = f'port = {port}\nstate_dir = "{state_dir}"\n[proxy]\nqueue_size = 1024\n'
+    if routed:
+        text += f'[models.{SERVED_NAME}]\npreload = true\n' + (f'model = "{model}"\n' if model else "")
+        model = None
+    config.write_text(text)
     command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve",
                *([model] if model else []), "--config", str(config), *(["--", *engine_args] if engine_args else [])]
     log = (state_dir / "daemon.log").open("wb")
@@ -188,7 +205,7 @@ def table(results: list[tuple[PathResult, PathResult]], hop: dict[str, float]) -
         lines.append(f"| {direct.concurrency} | {proxied.ttft_p50_ms - direct.ttft_p50_ms:+.1f} | "
                      f"{proxied.latency_p50_ms - direct.latency_p50_ms:+.1f} / "
                      f"{proxied.latency_p99_ms - direct.latency_p99_ms:+.1f} | {ratio:.3f} |")
-    lines += ["", f"Proxy hop alone (GET /v1/models, {hop['samples']} interleaved pairs): direct p50 "
+    lines += ["", f"Proxy hop alone (GET {hop['path']}, {hop['samples']} interleaved pairs): direct p50 "
                   f"{hop['direct_p50_ms']:.2f} ms, through the daemon p50 {hop['daemon_p50_ms']:.2f} ms; added p50 "
                   f"{hop['added_p50_ms']:.2f} ms, added p99 {hop['added_p99_ms']:.2f} ms, median of pairwise "
                   f"differences {hop['added_pairwise_median_ms']:.2f} ms."]
@@ -196,7 +213,8 @@ def table(results: list[tuple[PathResult, PathResult]], hop: dict[str, float]) -
 
 
 async def bench(direct: str, daemon: str, args: argparse.Namespace) -> tuple[list, dict]:
-    hop = await hop_latency(direct, daemon, {}, args.hop_samples)
+    hop = await hop_latency(direct, daemon, {}, args.hop_samples,
+                            f"/v1/models/{SERVED_NAME}" if args.routed else "/v1/models")
     results = []
     for concurrency in args.concurrency:
         # One untimed round per path first: a new batch size costs the engine a warm-up (on a GPU, CUDA-graph and
@@ -226,10 +244,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--hop-samples", type=int, default=300)
     parser.add_argument("--json", type=Path, default=None, help="Also write the raw results here.")
+    parser.add_argument("--routed", action="store_true", help="Serve the model as a models table's one entry, so "
+                                                             "the daemon routes each request by its model.")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="caovan-bench-") as tmp:
-        daemon, url = start_daemon(args.model, Path(tmp))
+        daemon, url = start_daemon(args.model, Path(tmp), routed=args.routed)
         try:
             status = wait_ready(daemon, url)
             engine_url = status["engine"]["url"]

@@ -50,6 +50,57 @@ class EngineSettings(BaseModel):
         return value.replace(" ", "") if value else value
 
 
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+
+
+class ModelSettings(BaseModel):
+    """One entry of the `models` table: an engine the daemon starts when a request names it."""
+
+    model: str | None = Field(None, description="Model directory or Hugging Face id; none = the embedded demo model.")
+    args: list[str] = Field(default_factory=list, description="vLLM arguments of this model's engine.")
+    gpus: list[int] | None = Field(None, description="GPU indices (nvidia-smi's) this engine runs on; none = all. "
+                                                    "Models whose sets overlap never run at the same time.")
+    aliases: list[str] = Field(default_factory=list, description="Other names requests may use for this model.")
+    ttl_s: float = Field(0, ge=0, description="Unload after this long without requests; 0 = stay loaded.")
+    preload: bool = Field(False, description="Start at daemon start instead of at the first request.")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra environment of this model's engine.")
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_set(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("an empty GPU list runs nowhere; leave gpus out to use every GPU")
+            if any(index < 0 for index in value) or len(set(value)) != len(value):
+                raise ValueError(f"expected distinct GPU indices like [0, 1], got {value}")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _own_names(cls, value: list[str]) -> list[str]:
+        if any(part == "--served-model-name" or part.startswith("--served-model-name=") for part in value):
+            raise ValueError("--served-model-name is set by the daemon from the entry's name and aliases (requests "
+                             "are routed by them); remove it and list other names under aliases")
+        return value
+
+    @field_validator("aliases")
+    @classmethod
+    def _alias_names(cls, value: list[str]) -> list[str]:
+        for alias in value:
+            if not MODEL_NAME.fullmatch(alias):
+                raise ValueError(f"alias {alias!r}: use letters, digits and . _ : / - (at most 128)")
+        return value
+
+
+class SwapSettings(BaseModel):
+    """How models with overlapping GPUs take turns."""
+
+    fairness_s: float = Field(60, ge=0, description="The turn of a busy model: after this long ready it gives its "
+                                                    "GPUs to a model waiting for them (draining first).")
+    idle_s: float = Field(5, ge=0, description="A model whose last request ended less than this long ago still "
+                                               "counts as busy (a client's next request usually follows soon).")
+
+
 class SupervisorSettings(BaseModel):
     startup_timeout_s: float = Field(600, gt=0, description="Engine start to ready; longer = failed start.")
     ready_poll_s: float = Field(1.0, gt=0, description="Interval of /health polls while starting.")
@@ -124,6 +175,9 @@ class Settings(BaseSettings):
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     logs: LogSettings = Field(default_factory=LogSettings)
+    models: dict[str, ModelSettings] = Field(default_factory=dict, description="Several models swapped on demand "
+                                             "by the request's model name; none = the one `engine` model.")
+    swap: SwapSettings = Field(default_factory=SwapSettings)
 
     # Set by load_settings before construction; class-level because pydantic-settings builds sources per class.
     config_file: ClassVar[Path | None] = None
@@ -145,6 +199,22 @@ class Settings(BaseSettings):
             else:
                 sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=path))
         return tuple(sources)
+
+    @model_validator(mode="after")
+    def _model_table(self) -> Settings:
+        if self.models and self.engine.model:
+            raise ValueError("engine.model and a models table were both given; name the model in the table (or "
+                             "drop the table to serve engine.model alone)")
+        seen: dict[str, str] = {}
+        for name, entry in self.models.items():
+            if not MODEL_NAME.fullmatch(name):
+                raise ValueError(f"models.{name}: a model name uses letters, digits and . _ : / - (at most 128)")
+            for each in (name, *entry.aliases):
+                if each in seen:
+                    raise ValueError(f"models.{name}: the name {each!r} is already used by models.{seen[each]}; "
+                                     f"every name and alias must be unique")
+                seen[each] = name
+        return self
 
     @property
     def plugin_store_dir(self) -> Path:
@@ -216,7 +286,9 @@ def _explain(exc: ValidationError, config_file: Path | None) -> str:
     for error in exc.errors():
         dotted = ".".join(str(part) for part in error["loc"])
         env_name = "CAOVAN_" + "__".join(str(part) for part in error["loc"]).upper()
-        if error["type"] == "extra_forbidden":
+        if not error["loc"]:  # a check across fields: its message names them
+            lines.append(f"  {error['msg'].removeprefix('Value error, ')}")
+        elif error["type"] == "extra_forbidden":
             lines.append(f"  {dotted}: unknown setting; remove it or check its spelling")
         else:
             # Never echo the input of a key field back.

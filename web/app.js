@@ -1,5 +1,7 @@
-// The Caovan dashboard: the daemon's /status and /events (state changes and the engine's samples), /logs/stream,
-// /plugins, /doctor and the GPU series of /metrics, drawn without any library or network beyond the daemon.
+// The Caovan dashboard: the daemon's /status and /events (state changes, swaps and the engine's samples),
+// /logs/stream, /models, /plugins, /doctor and the GPU series of /metrics, drawn without any library or network
+// beyond the daemon. With a models table, the Engine card, the charts and the plugin follow the primary model (the
+// table's first, the one /status's top level describes); the Models card lists them all.
 
 import { adminCall } from "./admin.js";
 import { LineChart } from "./chart.js";
@@ -26,6 +28,10 @@ const charts = {
 
 let status = null;
 let statusTimer = null;
+let modelMode = null;  // /models' routed and fairness_s
+
+/** Whether an event's `model` is the primary model (the stream's first event, the status, names the models). */
+const isPrimary = (model) => model === status?.models?.[0]?.name;
 
 // Durations and times ----------------------------------------------------------------------------------------------
 
@@ -92,6 +98,7 @@ function renderStatus(doc) {
     ? `activation ${act.from_version ?? "bundled"} → ${act.to_version ?? "bundled"}: ${act.phase}` : "";
 
   renderRestarts(doc.recent_restarts ?? []);
+  renderModels(doc.models ?? []);
   for (const [kind, sample] of Object.entries(doc.latest ?? {})) {
     if (kind === "spec_decode") renderPositions(sample);
   }
@@ -223,6 +230,7 @@ function connectEvents() {
   source.onopen = () => {
     $("connection").dataset.live = "true";
     $("connection").textContent = "live";
+    readModelMode();  // a daemon started again may have another models table
   };
   source.onerror = () => {
     $("connection").dataset.live = "false";
@@ -233,10 +241,20 @@ function connectEvents() {
     if (event.type === "status") {
       renderStatus(event);
     } else if (event.type === "state") {
-      stateChanges.push({ at: event.time, kind: "state", text: `${event.state}: ${event.reason ?? ""}` });
-      if (status) renderStatus({ ...status, state: event.state, reason: event.reason, state_seconds: 0 });
-      scheduleStatus();  // the rest of /status (run, uptime, restarts) changes with the state
+      const named = (status?.models?.length ?? 0) > 1 ? `${event.model} ` : "";
+      stateChanges.push({ at: event.time, kind: "state", text: `${named}${event.state}: ${event.reason ?? ""}` });
+      if (status && isPrimary(event.model)) {
+        renderStatus({ ...status, state: event.state, reason: event.reason, state_seconds: 0 });
+      }
+      scheduleStatus();  // the rest of /status (run, uptime, restarts, the model rows) changes with the state
+    } else if (event.type === "swap") {
+      stateChanges.push({
+        at: event.time, kind: "swap",
+        text: `swap: ${event.model} in for ${event.evicted.join(", ")} after ${event.seconds} s`,
+      });
+      scheduleStatus();
     } else if (event.type === "log_event") {
+      if (!isPrimary(event.model)) return;  // one line per chart: the primary model's engine
       if (event.kind === "throughput" || event.kind === "spec_decode") {
         onSample(event);
         remember(event);
@@ -338,6 +356,97 @@ async function refreshGpus() {
       <div class="meter"><span style="width:${g.utilization_percent ?? 0}%"></span></div>
       <div class="muted">${g.temperature_celsius ?? "–"} °C, ${(g.power_watts ?? 0).toFixed(0)} W</div>`;
     return div;
+  }));
+}
+
+// Models -----------------------------------------------------------------------------------------------------------
+
+const NOTHING_TO_LOAD = new Set(["starting", "ready"]);
+const NOTHING_TO_UNLOAD = new Set(["stopped", "failed"]);
+
+/** Whether two models would share a GPU (no GPU list: every GPU). */
+const shareGpus = (a, b) => a.gpus === null || b.gpus === null || a.gpus.some((gpu) => b.gpus.includes(gpu));
+
+async function readModelMode() {
+  try {
+    const body = await (await fetch("/models")).json();
+    modelMode = { routed: body.routed, fairness: body.fairness_s };
+  } catch {
+    return;  // the daemon is away; the next connection asks again
+  }
+  $("models-mode").textContent = modelMode.routed
+    ? "Requests pick a model by its name or an alias. Models sharing a GPU take turns: one whose requests wait " +
+      `gets the GPUs within ${modelMode.fairness} s (swap.fairness_s), once the one holding them drained.`
+    : "One model (no models table in the configuration): it takes every request.";
+}
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function loadAction(row, rows) {
+  const leaving = rows.filter((other) => other !== row && !NOTHING_TO_UNLOAD.has(other.state) && shareGpus(row, other))
+    .map((other) => other.name);
+  return {
+    path: `/models/${encodeURIComponent(row.name)}/load`,
+    heading: `Load ${row.name}?`,
+    explanation: "Its engine starts " + (leaving.length ? `once the models sharing its GPUs (${leaving.join(", ")}) ` +
+      "finished their in-flight requests (up to the drain timeout) and stopped." : "now."),
+    confirmLabel: "Load",
+    what: `Loading ${row.name}`,
+  };
+}
+
+function unloadAction(row) {
+  // Without a models table nothing loads the model on demand: it stays stopped.
+  const after = modelMode === null ? "" : modelMode.routed ? "; its next request loads it again"
+    : "; it serves nothing until loaded again";
+  return {
+    path: `/models/${encodeURIComponent(row.name)}/unload`,
+    heading: `Unload ${row.name}?`,
+    explanation: `Its in-flight requests finish first (up to the drain timeout), then its engine stops${after}.`,
+    confirmLabel: "Unload",
+    what: `Unloading ${row.name}`,
+  };
+}
+
+function actionButton(label, action, disabled) {
+  const button = document.createElement("button");
+  button.type = "button";
+  button.className = "small";
+  button.dataset.action = label.toLowerCase();
+  button.textContent = label;
+  button.disabled = disabled;
+  button.addEventListener("click", () => adminCall(action).then(scheduleStatus));
+  return button;
+}
+
+function renderModels(rows) {
+  const now = Date.now() / 1000;
+  $("models").replaceChildren(...rows.map((row) => {
+    const tr = document.createElement("tr");
+    tr.dataset.model = row.name;
+    const name = cell(row.name, "name");
+    name.title = row.model;
+    if (row.aliases.length) {
+      const aliases = document.createElement("span");
+      aliases.className = "muted";
+      aliases.textContent = ` (${row.aliases.join(", ")})`;
+      name.append(aliases);
+    }
+    const state = cell(row.state, "state");
+    state.dataset.state = row.state;
+    state.title = `for ${duration(row.state_seconds)}${row.reason ? `: ${row.reason}` : ""}`;
+    const actions = cell("", "row-actions");
+    actions.append(actionButton("Load", loadAction(row, rows), NOTHING_TO_LOAD.has(row.state)),
+      actionButton("Unload", unloadAction(row), NOTHING_TO_UNLOAD.has(row.state)));
+    tr.append(name, cell(row.gpus ? row.gpus.join(", ") : "all"), state,
+      cell(row.last_used === null ? "never" : `${duration(now - row.last_used)} ago`), cell(String(row.swaps)),
+      cell(`${row.proxy.queued} queued, ${row.proxy.in_flight} in flight`), actions);
+    return tr;
   }));
 }
 

@@ -15,7 +15,7 @@ import caovan_kernels
 from caovan_manager.config import Settings
 from caovan_manager.engine.launch import EngineTarget
 
-from . import control, doctor, logs, metrics, plugins, status
+from . import control, doctor, logs, metrics, models, plugins, status
 from .daemon import Daemon
 
 
@@ -42,7 +42,7 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
                               "security.inference_keys is set); see the engine's own /docs for its endpoints.")
     app.state.daemon = daemon
     app.state.doctor_cache = {"lock": asyncio.Lock(), "at": 0.0, "report": None}
-    for module in (status, control, logs, plugins, metrics, doctor):
+    for module in (status, control, models, logs, plugins, metrics, doctor):
         app.include_router(module.router)
     # First in the route list: it carries the traffic, and the router tries routes in order.
     app.router.routes.insert(0, Mount("/v1", app=daemon.relay, name="openai"))

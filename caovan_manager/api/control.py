@@ -1,4 +1,5 @@
-"""POST /start, /stop, /restart: admin calls, answered with the supervisor's decision."""
+"""POST /start, /stop, /restart: admin calls on the primary model, answered with the supervisor's (or, for a start or
+stop among several models, placement's) decision."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from caovan_manager.models.placement import Load, Unload
 from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, StopCommand
 
 from .schemas import UNAUTHORIZED, ControlResult
@@ -24,7 +26,14 @@ class ControlRequest(BaseModel):
 
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
-    outcome = await daemon.supervisor.command(daemon.masker.deep(command))  # its reason is recorded and shown
+    command = daemon.masker.deep(command)  # its reason is recorded and shown
+    if daemon.routed and isinstance(command, (StartCommand, StopCommand)):
+        # With several models, what runs where is placement's decision: a start may have to stop a model that
+        # shares the primary's GPUs.
+        message = (Load if isinstance(command, StartCommand) else Unload)(daemon.catalog.primary.name, command.reason)
+        outcome = await daemon.placement.command(message)
+    else:
+        outcome = await daemon.supervisor.command(command)
     code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
     return JSONResponse({"accepted": outcome.accepted, "message": outcome.message,
                          "state": daemon.machine.state.value}, status_code=code)

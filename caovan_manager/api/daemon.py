@@ -1,12 +1,13 @@
-"""The daemon's parts wired together: settings, store, log sink, gate, metrics, supervisor and its effects."""
+"""The daemon's parts wired together: settings, store, metrics, the models (each with its gate, log sink,
+supervisor and effects), their placement owner and the relay's router."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,27 +17,35 @@ import httpx
 import caovan_kernels
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.engine.effects import EngineEffects
-from caovan_manager.engine.launch import EngineTarget, resolve_target
+from caovan_manager.engine.launch import EngineTarget
 from caovan_manager.engine.process import kill_orphaned_engine
 from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
+from caovan_manager.models.catalog import Catalog, build_catalog
+from caovan_manager.models.owner import PlacementOwner
+from caovan_manager.models.placement import Preload
+from caovan_manager.models.router import ModelRouter
+from caovan_manager.models.slot import ModelSlot
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.bus import Broadcaster
-from caovan_manager.supervisor.machine import Machine
+from caovan_manager.supervisor.machine import Machine, PluginChoice
 from caovan_manager.supervisor.messages import StartCommand, State, StopCommand
 
 logger = logging.getLogger("caovan.daemon")
 
 
 class Daemon:
+    """The daemon's parts. The single-engine endpoints (/start, /stop, /restart, plugins, /status's top level) act
+    on the primary model: the only one without a models table, the table's first entry with one."""
+
     def __init__(self, settings: Settings, target: EngineTarget | None = None, autostart: bool = True) -> None:
         self.settings = settings
-        self.target = target
+        self.given_target = target
         self.autostart = autostart
         self.started_at = time.time()
         self.bundled_version = caovan_kernels.__version__
@@ -44,68 +53,119 @@ class Daemon:
         self.store = Store(settings.database_path)
         self.plugins = PluginStore(settings.plugin_store_dir)
         self.masker = Masker(settings.secrets())
-        self.sink = LogSink(settings.log_dir, settings.logs.max_bytes, settings.logs.backups, settings.logs.ring_lines,
-                            self.masker, settings.logs.keep_runs, sys.stderr if settings.logs.console else None)
         self.metrics = DaemonMetrics()
         self.events: Broadcaster[dict[str, Any]] = Broadcaster()
-        self.gate: Gate | None = None
-        self.effects: EngineEffects | None = None
-        self.supervisor = Supervisor(self.metrics, self.events)
         self.relay = OpenAIRelay(settings.proxy, settings.security, self.metrics)
         self.engine_client: httpx.AsyncClient | None = None
+        self.catalog: Catalog | None = None
+        self.slots: dict[str, ModelSlot] = {}
+        self.placement: PlacementOwner | None = None
+        self.router: ModelRouter | None = None
+        # Told once the daemon serves: when the engine is ready (one model), or at start (models load on demand).
+        self.ready_callbacks: list[Callable[[], None]] = []
+
+    # The primary model's parts ----------------------------------------------------------------------------------------
+
+    @property
+    def primary(self) -> ModelSlot:
+        return self.slots[self.catalog.primary.name]
+
+    @property
+    def supervisor(self) -> Supervisor:
+        return self.primary.supervisor
 
     @property
     def machine(self) -> Machine:
-        return self.supervisor.machine
+        return self.primary.machine
+
+    @property
+    def gate(self) -> Gate:
+        return self.primary.gate
+
+    @property
+    def effects(self) -> EngineEffects:
+        return self.primary.effects
+
+    @property
+    def sink(self) -> LogSink:
+        return self.primary.sink
+
+    @property
+    def target(self) -> EngineTarget:
+        return self.catalog.primary.target
+
+    @property
+    def routed(self) -> bool:
+        return self.catalog.routed
+
+    # Life -------------------------------------------------------------------------------------------------------------
 
     async def start(self, log: Callable[[str], None] = logger.info) -> None:
-        """Build the parts that need the running loop, resolve the model, start supervising (and the engine)."""
-        proxy = self.settings.proxy
-        self.gate = Gate(proxy.queue_size, proxy.queue_wait_s, proxy.retry_after_s)
-        self.metrics.bind_gate(lambda: self.gate.waiting, lambda: self.gate.in_flight)
-        # The daemon's own calls to the engine (its /metrics page); the OpenAI API goes through the relay.
-        self.engine_client = httpx.AsyncClient(timeout=httpx.Timeout(30, connect=proxy.connect_timeout_s))
+        """Resolve the models, build each one's parts, start supervising (and the engines that start at once)."""
+        # The daemon's own calls to the engines (their /metrics pages); the OpenAI API goes through the relay.
+        self.engine_client = httpx.AsyncClient(timeout=httpx.Timeout(30, connect=self.settings.proxy.connect_timeout_s))
         await asyncio.to_thread(self.reap_orphans)
-        if self.target is None:
-            self.target = await asyncio.to_thread(resolve_target, self.settings, log)
-        self.masker.add_engine(self.target.args, engine_environment(self.settings, {**self.target.env, **os.environ}))
+        self.catalog = await asyncio.to_thread(build_catalog, self.settings, log, self.given_target)
+        for entry in self.catalog:
+            self.masker.add_engine(entry.target.args, engine_environment(
+                self.settings, {**entry.target.env, **os.environ, **entry.target.env_overrides}))
         active = self.store.active_version()
         if active is not None and not self.plugins.has(active):
             logger.warning("the active plugin version %s is no longer in the store; using the bundled plugin", active)
             active = None
-        self.effects = EngineEffects(self.settings, self.target, self.supervisor.post, self.sink, self.gate,
-                                     self.store, self.plugins.site_dir, self.metrics, self.events, self.masker)
-        self.relay.start(self.gate, self.effects.engine_headers)
-        machine = Machine(self.effects, self.settings.supervisor, self.settings.plugins, time.monotonic,
-                          bundled_version=self.bundled_version, active_version=active,
-                          first_run_id=self.store.next_run_id())
-        self.supervisor.attach(machine)
-        self.supervisor.start()
+        run_ids = itertools.count(self.store.next_run_id())
+        plugin = PluginChoice(active)  # one plugin version for every model's engine
+        for entry in self.catalog:
+            self.slots[entry.name] = ModelSlot(
+                entry, self.settings, routed=self.catalog.routed, store=self.store, plugins=self.plugins,
+                masker=self.masker, metrics=self.metrics, events=self.events, run_ids=lambda: next(run_ids),
+                bundled_version=self.bundled_version, plugin=plugin)
+        self.placement = PlacementOwner(self.catalog, self.slots, self.settings.swap, self.events)
+        self.router = ModelRouter(self.catalog, self.slots)
+        self.relay.start(self.router)
+        for slot in self.slots.values():
+            slot.supervisor.start()
+        self.placement.start()
+        if not self.routed:
+            self.primary.supervisor.ready_callbacks.extend(self.ready_callbacks)
+            if self.autostart:
+                self.primary.supervisor.post(StartCommand("daemon started"))
+            else:
+                self.gate.reject("the engine is stopped; POST /start starts it")
+            return
+        for slot in self.slots.values():
+            slot.gate.idle()
         if self.autostart:
-            self.supervisor.post(StartCommand("daemon started"))
-        else:
-            self.gate.reject("the engine is stopped; POST /start starts it")
+            outcome = await self.placement.command(Preload())
+            (logger.info if outcome.accepted else logger.warning)("models: %s", outcome.message)
+        for callback in self.ready_callbacks:
+            callback()
 
     async def shutdown(self) -> None:
-        """Stop the engine (drain, SIGTERM, SIGKILL, checked) and everything else; leaves no process behind."""
-        if self.effects is not None:
-            await self.supervisor.command(StopCommand("daemon shutting down"))
-            sup = self.settings.supervisor
-            budget = min(sup.drain_timeout_s, 10) + sup.stop_grace_s + sup.gpu_release_timeout_s + 20
-            stopped = await self.supervisor.wait_for(
-                lambda m: m.state in (State.STOPPED, State.FAILED), budget)
-            if not stopped:
-                logger.error("the engine did not stop within %.0f s; killing its process groups", budget)
-            await self.supervisor.stop_loop()
-            self.kill_leftover_groups()
-            await self.effects.aclose()
-        else:
-            await self.supervisor.stop_loop()
+        """Stop every engine (drain, SIGTERM, SIGKILL, checked) and everything else; leaves no process behind."""
+        if self.placement is not None:
+            await self.placement.stop_loop()
+        if self.slots:
+            await asyncio.gather(*(self._stop_slot(slot) for slot in self.slots.values()))
         await self.relay.aclose()
         if self.engine_client is not None:
             await self.engine_client.aclose()
-        self.sink.close()
+        for slot in self.slots.values():
+            slot.sink.close()
         self.store.close()
+
+    async def _stop_slot(self, slot: ModelSlot) -> None:
+        await slot.supervisor.command(StopCommand("daemon shutting down"))
+        sup = self.settings.supervisor
+        budget = min(sup.drain_timeout_s, 10) + sup.stop_grace_s + sup.gpu_release_timeout_s + 20
+        stopped = await slot.supervisor.wait_for(lambda m: m.state in (State.STOPPED, State.FAILED), budget)
+        if not stopped:
+            logger.error("the engine of %s did not stop within %.0f s; killing its process groups", slot.name, budget)
+        await slot.supervisor.stop_loop()
+        for run in slot.effects.runs.values():
+            if run.process is not None and run.process.group_members():
+                run.process.signal_group(signal.SIGKILL)
+        await slot.effects.aclose()
 
     def reap_orphans(self) -> None:
         """An engine left running by a daemon that died (kill -9, power cut of the service manager) still holds its
@@ -119,23 +179,8 @@ class Daemon:
                 reason += "; killed at the next daemon start"
             self.store.record_run_end(run["run_id"], None, reason)
 
-    def kill_leftover_groups(self) -> None:
-        for run in self.effects.runs.values():
-            if run.process is not None and run.process.group_members():
-                run.process.signal_group(signal.SIGKILL)
-
     def effective_command(self) -> list[str]:
-        """vLLM's command as `caovan-vllm-serve` ran it (the profile applied); until its decisions line arrives, the
-        daemon's own launch command."""
-        run = self.machine.run if self.machine else None
-        if run and run.launch:
-            return list(run.launch.command)
-        return self.launch_command()
+        return self.primary.effective_command()
 
     def launch_command(self) -> list[str]:
-        run = self.machine.run if self.machine else None
-        if run and run.command:
-            return run.command
-        if self.target is None:
-            return []
-        return self.masker.command(["python", "-m", "caovan_kernels.serve", self.target.model, *self.target.args])
+        return self.primary.launch_command()

@@ -4,27 +4,45 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
-from .schemas import EVENT_STREAM, LogTail
+from caovan_manager.logwatch.sink import LogSink
+from caovan_manager.models.catalog import UnknownModel
+
+from .schemas import EVENT_STREAM, LogTail, Problem
 from .sse import sse_response
 from .status import status_document
 
 router = APIRouter(tags=["logs"])
 
 
-@router.get("/logs", summary="The last N lines of the engine's output (and the daemon's notes about it)",
-            response_model=LogTail)
-async def logs(request: Request, tail: int = Query(200, ge=0, le=100_000)) -> dict[str, Any]:
-    sink = request.app.state.daemon.sink
+MODEL = Query(None, max_length=128, description="A configured model's name or alias; none = the first model.")
+
+
+def model_sink(request: Request, model: str | None) -> LogSink:
+    daemon = request.app.state.daemon
+    if model is None:
+        return daemon.sink
+    try:
+        return daemon.slots[daemon.catalog.get_named(model).name].sink
+    except UnknownModel as exc:
+        raise HTTPException(404, detail=str(exc)) from None
+
+
+@router.get("/logs", summary="The last N lines of an engine's output (and the daemon's notes about it)",
+            response_model=LogTail, responses={404: {"model": Problem, "description": "no such model"}})
+async def logs(request: Request, tail: int = Query(200, ge=0, le=100_000), model: str | None = MODEL) -> dict[str, Any]:
+    sink = model_sink(request, model)
     return {"lines": sink.tail(tail), "file": str(sink.path) if sink.path else None}
 
 
 @router.get("/logs/stream", summary="Engine output as server-sent events, starting with the last N lines",
-            response_class=StreamingResponse, responses={200: EVENT_STREAM})
-async def logs_stream(request: Request, tail: int = Query(50, ge=0, le=10_000)) -> StreamingResponse:
-    sink = request.app.state.daemon.sink
+            response_class=StreamingResponse,
+            responses={200: EVENT_STREAM, 404: {"model": Problem, "description": "no such model"}})
+async def logs_stream(request: Request, tail: int = Query(50, ge=0, le=10_000),
+                      model: str | None = MODEL) -> StreamingResponse:
+    sink = model_sink(request, model)
     return sse_response(sink.live, sink.tail(tail))
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import httpx
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from caovan_manager.models.catalog import UnknownModel
 
 from .schemas import TEXT, UNAUTHORIZED
 from .security import require_metrics_access
@@ -21,13 +23,19 @@ async def metrics(request: Request) -> Response:
 @router.get("/metrics/engine", summary="Prometheus: the engine's own vllm:* page, passed through unchanged",
             response_class=Response, responses={
                 200: TEXT, **UNAUTHORIZED, 502: {**TEXT, "description": "the engine's /metrics did not answer"},
+                404: {**TEXT, "description": "no such model"},
                 503: {**TEXT, "description": "the engine is not ready"}})
-async def engine_metrics(request: Request) -> Response:
+async def engine_metrics(request: Request, model: str | None = Query(
+        None, max_length=128, description="A configured model's name or alias; none = the first model.")) -> Response:
     daemon = request.app.state.daemon
-    upstream = daemon.gate.upstream if daemon.gate.mode == "open" else None
+    try:
+        slot = daemon.slots[daemon.catalog.get_named(model).name] if model else daemon.primary
+    except UnknownModel as exc:
+        return Response(f"# {exc}\n", status_code=404, media_type="text/plain")
+    upstream = slot.gate.upstream if slot.gate.mode == "open" else None
     if upstream is None:
-        return Response(f"# the engine is {daemon.machine.state.value}; its metrics return once it is ready\n",
-                        status_code=503, media_type="text/plain", headers={"Retry-After": "10"})
+        return Response(f"# the engine of {slot.name} is {slot.machine.state.value}; its metrics return once it is "
+                        f"ready\n", status_code=503, media_type="text/plain", headers={"Retry-After": "10"})
     try:
         response = await daemon.engine_client.get(f"{upstream}/metrics", timeout=10)
     except httpx.HTTPError as exc:

@@ -129,6 +129,32 @@ class ProxyState(Strict):
     gate: str
 
 
+class ModelState(Strict):
+    """One configured model: where it runs, what its engine does, its requests."""
+
+    name: str
+    aliases: list[str]
+    gpus: list[int] | None
+    model: str
+    state: str
+    reason: str
+    state_seconds: float
+    run_id: int | None
+    pid: int | None
+    ready_s: float | None
+    ttl_s: float
+    preload: bool
+    last_used: float | None
+    swaps: int
+    proxy: ProxyState
+
+
+class ModelList(Strict):
+    routed: bool
+    fairness_s: float
+    models: list[ModelState]
+
+
 class StatusDocument(Strict):
     state: str
     reason: str
@@ -151,6 +177,7 @@ class StatusDocument(Strict):
     hang_detector: HangDetectorView
     activation: ActivationState | None
     proxy: ProxyState
+    models: list[ModelState]
 
 
 UNAUTHORIZED = {401: {"model": Problem, "description": "a key is needed (security.*): `Authorization: Bearer <key>`"}}

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from caovan_kernels import contract
+from caovan_manager.proxy.gate import Gate
 from caovan_manager.supervisor.machine import Run
 from caovan_manager.supervisor.messages import State
 
@@ -39,8 +40,8 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
             "vllm_version": run.engine_version,
             "mtp_tokens": run.mtp_tokens,
         },
-        "model": daemon.target.model if daemon.target else daemon.settings.engine.model,
-        "embedded_default": bool(daemon.target and daemon.target.embedded),
+        "model": daemon.target.model,
+        "embedded_default": daemon.target.embedded,
         "command": daemon.effective_command(),
         "launch": launch_document(run, daemon.launch_command()),
         "plugin": {
@@ -60,8 +61,34 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "activation": None if act is None else {
             "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
             "baseline": act.baseline.as_dict() if act.baseline else None},
-        "proxy": {"in_flight": daemon.gate.in_flight, "queued": daemon.gate.waiting, "gate": daemon.gate.mode},
+        "proxy": proxy_document(daemon.gate),
+        "models": model_documents(daemon),
     }
+
+
+def proxy_document(gate: Gate) -> dict[str, Any]:
+    return {"in_flight": gate.in_flight, "queued": gate.waiting, "gate": gate.mode}
+
+
+def model_documents(daemon: Daemon) -> list[dict[str, Any]]:
+    """Every configured model (the one engine's, without a models table)."""
+    now = time.monotonic()
+    rows = []
+    for name, slot in daemon.slots.items():
+        m, entry = slot.machine, slot.entry
+        placed = daemon.placement.placement.slots[name]
+        rows.append({
+            "name": name, "aliases": list(entry.aliases), "gpus": None if entry.gpus is None else sorted(entry.gpus),
+            "model": entry.target.model, "state": m.state.value, "reason": m.reason,
+            "state_seconds": round(now - m.state_since, 1),
+            "run_id": m.run.run_id if m.run else None, "pid": m.run.pid if m.run else None,
+            "ready_s": None if not m.run or m.run.ready_at is None else round(m.run.ready_at - m.run.started_at, 1),
+            "ttl_s": entry.ttl_s, "preload": entry.preload,
+            "last_used": None if placed.last_request is None else round(time.time() - (now - placed.last_request), 1),
+            "swaps": placed.swaps_in,
+            "proxy": proxy_document(slot.gate),
+        })
+    return rows
 
 
 def launch_document(run: Run | None, daemon_command: list[str]) -> dict[str, Any]:

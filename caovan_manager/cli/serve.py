@@ -41,6 +41,10 @@ def serve(
         typer.echo(f"caovan serve: {exc}", err=True)
         raise typer.Exit(2) from None
     model, extra = split_model_and_args(model, list(ctx.args))
+    if model and settings.models:
+        typer.echo(f"caovan serve: MODEL ({model}) and the config's models table were both given; add the model to "
+                   f"the table, or leave out --config to serve it alone", err=True)
+        raise typer.Exit(2)
     engine = settings.engine.model_copy(update={
         "model": model or settings.engine.model, "args": [*settings.engine.args, *extra]})
     settings = settings.model_copy(update={"engine": engine})
@@ -58,7 +62,8 @@ def serve(
     # file (GET /logs, /logs/stream).
     logging.basicConfig(level=logging.INFO, format="%(levelname)-9s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine poll otherwise
-    target = resolve_target(settings, log=lambda msg: typer.echo(msg, err=True))
+    # One model: resolved here (building the demo model if none was given), so its name is in the first line.
+    target = None if settings.models else resolve_target(settings, log=lambda msg: typer.echo(msg, err=True))
     application = create_app(settings, target)
     base = f"http://{settings.host}:{settings.port}"
 
@@ -66,8 +71,12 @@ def serve(
         typer.echo(f"Caovan is ready. Dashboard: {base}/   API: {base}/v1   Status: {base}/status   "
                    f"Docs: {base}/docs   (Ctrl-C stops the engine and the daemon)", err=True)
 
-    application.state.daemon.supervisor.ready_callbacks.append(announce)
-    typer.echo(f"caovan serve: daemon on {base}; starting the engine on {target.model} "
-               f"(about a minute on a CPU, longer on first GPU start)", err=True)
+    application.state.daemon.ready_callbacks.append(announce)
+    if target is None:
+        typer.echo(f"caovan serve: daemon on {base}; models {', '.join(settings.models)} load on request (or at "
+                   f"start where preload is set)", err=True)
+    else:
+        typer.echo(f"caovan serve: daemon on {base}; starting the engine on {target.model} "
+                   f"(about a minute on a CPU, longer on first GPU start)", err=True)
     uvicorn.run(application, host=settings.host, port=settings.port, log_level="info", access_log=settings.access_log,
                 timeout_graceful_shutdown=int(min(settings.supervisor.drain_timeout_s, 10)) or 1)

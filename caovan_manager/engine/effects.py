@@ -20,7 +20,7 @@ from caovan_manager.config import Settings
 from caovan_manager.logwatch.parser import normalise_line, parse_line
 from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
-from caovan_manager.metrics import DaemonMetrics
+from caovan_manager.metrics import ModelMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.store import Store
 from caovan_manager.supervisor.bus import Broadcaster
@@ -64,7 +64,7 @@ class RunHandle:
 
 class EngineEffects:
     def __init__(self, settings: Settings, target: EngineTarget, post: Callable[[Message], None], sink: LogSink,
-                 gate: Gate, store: Store, site_for: Callable[[str | None], Path | None], metrics: DaemonMetrics,
+                 gate: Gate, store: Store, site_for: Callable[[str | None], Path | None], metrics: ModelMetrics,
                  events: Broadcaster[dict[str, Any]], masker: Masker) -> None:
         self.settings = settings
         self.target = target
@@ -263,6 +263,9 @@ class EngineEffects:
     def gate_hold(self) -> None:
         self.gate.hold("the engine is not ready (restarting or starting)")
 
+    def gate_idle(self) -> None:
+        self.gate.idle()
+
     def gate_reject(self, reason: str) -> None:
         self.gate.reject(reason)
 
@@ -282,7 +285,7 @@ class EngineEffects:
 
     def record_restart(self, run_id: int | None, cause: str, reason: str) -> None:
         self.store.record_restart(run_id, cause, self.masker.text(reason))
-        self.metrics.restarts.labels(cause).inc()
+        self.metrics.restarted(cause)
 
     def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
                           details: dict[str, Any]) -> None:

@@ -23,8 +23,10 @@ class EngineTarget:
 
     model: str
     args: list[str]
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # defaults: the daemon's environment and settings win
     embedded: bool = False
+    gpus: tuple[int, ...] | None = None  # a models-table entry's GPUs (CUDA_VISIBLE_DEVICES); None = the settings'
+    env_overrides: dict[str, str] = field(default_factory=dict)  # a models-table entry's env: wins over everything
 
 
 def resolve_target(settings: Settings, log: Callable[[str], None] = print) -> EngineTarget:
@@ -57,6 +59,9 @@ def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
     named caovan_kernels in the working directory would shadow every installed version."""
     # Explicit environment wins over the embedded defaults.
     env = engine_environment(settings, base={**target.env, **os.environ})
+    if target.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in target.gpus)
+    env.update(target.env_overrides)
     paths = ([str(site_dir)] if site_dir else []) + [str(bundled_root())]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])

@@ -18,7 +18,10 @@ from pathlib import Path
 import psutil
 
 
-SIGKILL_WAIT_S = 30
+SIGKILL_WAIT_S = 30  # a process that has not begun to exit this long after SIGKILL survived it
+# One the kernel is still tearing down (PF_EXITING: gigabytes mapped, a loaded host) is going: waited for this long.
+EXIT_WAIT_S = 120
+PF_EXITING = 0x4
 
 
 class PortInUse(RuntimeError):
@@ -71,6 +74,16 @@ def port_holder(port: int) -> str:
     except (psutil.Error, OSError):
         pass
     return "another process (not visible to this user)"
+
+
+def exiting(proc: psutil.Process) -> bool:
+    """Whether the kernel is ending this process (PF_EXITING among the flags of /proc/<pid>/stat)."""
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        flags = int(stat.rsplit(")", 1)[1].split()[6])  # after "pid (comm)": state ppid pgrp session tty tpgid flags
+    except (OSError, ValueError, IndexError):
+        return False
+    return bool(flags & PF_EXITING)
 
 
 def describe(proc: psutil.Process) -> str:
@@ -148,8 +161,10 @@ class EngineProcess:
         if self.group_members():
             self.signal_group(signal.SIGKILL)
             # A killed process with gigabytes mapped can take many seconds to go on a loaded host (seen: over 10 s
-            # for a vLLM worker at a load average of 20); it is only a survivor after that.
+            # for a vLLM worker at a load average of 20, over 30 s for one beside another engine on 2 cores); one
+            # that has not begun to exit by then survived, one that is exiting gets longer.
             await _until(lambda: not self.group_members(), SIGKILL_WAIT_S, poll_s)
+            await _until(lambda: not any(exiting(proc) for proc in self.group_members()), EXIT_WAIT_S, poll_s)
         if self.process.returncode is None:
             try:
                 await asyncio.wait_for(self.wait(), 5)

@@ -1,1 +1,1 @@
-"""The OpenAI API proxy: the admission gate and the /v1/* relay."""
+"""The OpenAI API proxy: the admission gate, the /v1/* relay and the route it asks for."""

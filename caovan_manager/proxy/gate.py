@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Literal
 
-Mode = Literal["open", "hold", "reject"]
+# idle: the engine is stopped but loads on demand; a request waits as in hold, and asks for the engine first.
+Mode = Literal["open", "hold", "idle", "reject"]
 
 
 class Unavailable(Exception):
@@ -23,7 +25,13 @@ class Unavailable(Exception):
 
 
 class Gate:
-    def __init__(self, queue_size: int, queue_wait_s: float, retry_after_s: int) -> None:
+    def __init__(self, queue_size: int, queue_wait_s: float, retry_after_s: int,
+                 on_demand: Callable[[], None] = lambda: None,
+                 on_pending: Callable[[int], None] = lambda pending: None) -> None:
+        """on_demand: a request waits at an idle gate (the engine should be loaded); on_pending: the number of
+        requests in flight or waiting went to 0 or away from it (for idle timers and swaps)."""
+        self.on_demand = on_demand
+        self.on_pending = on_pending
         self.queue_size = queue_size
         self.queue_wait_s = queue_wait_s
         self.retry_after_s = retry_after_s
@@ -32,6 +40,7 @@ class Gate:
         self.upstream: str | None = None
         self.in_flight = 0
         self.waiting = 0
+        self._busy = False
         self._changed = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -46,6 +55,15 @@ class Gate:
 
     def reject(self, reason: str) -> None:
         self._set("reject", reason, self.upstream)
+
+    def idle(self, reason: str = "the model is not loaded; it is being loaded for this request") -> None:
+        self._set("idle", reason, self.upstream)
+        if self.waiting:  # requests queued while it drained or stopped: they want it back
+            self.on_demand()
+
+    @property
+    def pending(self) -> int:
+        return self.in_flight + self.waiting
 
     async def wait_idle(self, timeout_s: float) -> int:
         """Wait until no admitted request is in flight, at most timeout_s; returns how many still are."""
@@ -68,15 +86,27 @@ class Gate:
     async def enter(self, deadline: float) -> str:
         """Wait for admission until `deadline` (loop time, from deadline()), or raise Unavailable; returns the
         engine's URL. Pair with leave()."""
-        upstream = await self._wait_open(deadline)
+        try:
+            upstream = await self._wait_open(deadline)
+        except BaseException:  # refused, timed out, or the client left: maybe none is left
+            self._note_pending()
+            raise
         self.in_flight += 1
         self._idle.clear()
+        self._note_pending()
         return upstream
 
     def leave(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0:
             self._idle.set()
+        self._note_pending()
+
+    def _note_pending(self) -> None:
+        busy = self.pending > 0
+        if busy != self._busy:
+            self._busy = busy
+            self.on_pending(self.pending)
 
     def _timed_out(self) -> Unavailable:
         return Unavailable(f"{self.reason}; this request waited {self.queue_wait_s:g} s (proxy.queue_wait_s) "
@@ -92,8 +122,11 @@ class Gate:
                               f"proxy.queue_size); retry later", self.retry_after_s)
         loop = asyncio.get_running_loop()
         self.waiting += 1
+        self._note_pending()
+        if self.mode == "idle":
+            self.on_demand()
         try:
-            while self.mode == "hold":
+            while self.mode in ("hold", "idle"):
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise self._timed_out()

@@ -1,5 +1,8 @@
 """/v1/*: the OpenAI API relayed to the engine, streaming chunk by chunk.
 
+A Router (caovan_manager.models.router) picks the engine of each request: the one engine, or, with a models table,
+the one its `model` names; it also lets the daemon answer a request itself (the model list, an unknown model).
+
 Requests wait at the gate while the engine is not ready (bounded queue, bounded wait, then a 503 with Retry-After).
 A request whose connection to the engine cannot be made is put back at the gate, since the engine never saw it; one
 that fails after the engine took it gets a clear error (a 502, or an error event inside a started stream), never a
@@ -26,7 +29,8 @@ from caovan_manager.api.security import inference_key_accepted, refusal
 from caovan_manager.config import ProxySettings, SecuritySettings
 from caovan_manager.metrics import DaemonMetrics
 
-from .gate import Gate, Unavailable
+from .gate import Unavailable
+from .routes import NoRoute, Route, Router
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -61,12 +65,11 @@ class OpenAIRelay:
 
     def __init__(self, proxy: ProxySettings, security: SecuritySettings, metrics: DaemonMetrics) -> None:
         self.proxy, self.security, self.metrics = proxy, security, metrics
-        self.gate: Gate | None = None
-        self.engine_headers: dict[str, str] = {}
+        self.router: Router | None = None
         self.session: aiohttp.ClientSession | None = None
 
-    def start(self, gate: Gate, engine_headers: dict[str, str]) -> None:
-        self.gate, self.engine_headers = gate, engine_headers
+    def start(self, router: Router) -> None:
+        self.router = router
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
             timeout=aiohttp.ClientTimeout(total=None, connect=self.proxy.connect_timeout_s,
@@ -109,7 +112,9 @@ class _Exchange:
 
     def __init__(self, relay: OpenAIRelay, scope: Scope, receive: Receive, send: Send) -> None:
         self.relay, self.scope, self.receive, self.send = relay, scope, receive, send
-        self.label = endpoint_label(scope["path"][len("/v1/"):])
+        self.path = scope["path"][len("/v1/"):]
+        self.label = endpoint_label(self.path)
+        self.route: Route | None = None
         self.started = time.perf_counter()
         self.status = "499"  # until the engine answers: the client went away first
         self.body = b""
@@ -130,7 +135,6 @@ class _Exchange:
         if not inference_key_accepted(self.relay.security, authorization):
             await self.error(401, refusal("the OpenAI API"), "authentication_error", {"WWW-Authenticate": "Bearer"})
             return False
-        headers.update(self.relay.engine_headers)
         chunks = []
         while True:
             message = await self.receive()
@@ -141,6 +145,13 @@ class _Exchange:
             if not message.get("more_body"):
                 break
         self.body = b"".join(chunks)
+        try:
+            self.route = self.relay.router.route(self.scope["method"], self.path, self.body,
+                                                 headers.get("content-type", ""))
+        except NoRoute as exc:
+            await self.send_json(exc.status, exc.document())
+            return False
+        headers.update(self.route.engine_headers)
         return True
 
     async def watch_disconnect(self, exchange_task: asyncio.Task) -> None:
@@ -169,7 +180,7 @@ class _Exchange:
 
     async def connect(self) -> bool:
         """Admission, then the request to the engine up to its response headers; False if answered with an error."""
-        relay, gate = self.relay, self.relay.gate
+        relay, gate = self.relay, self.route.gate
         scope = self.scope
         query = scope["query_string"]
         target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
@@ -208,7 +219,8 @@ class _Exchange:
         try:
             async for chunk in response.content.iter_any():
                 if first:
-                    self.relay.metrics.proxy_ttft.labels(self.label).observe(time.perf_counter() - self.started)
+                    self.relay.metrics.proxy_ttft.labels(self.model, self.label).observe(
+                        time.perf_counter() - self.started)
                     first = False
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
@@ -219,12 +231,19 @@ class _Exchange:
         await send({"type": "http.response.body", "body": b""})
 
     async def error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
+        await self.send_json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)
+
+    async def send_json(self, status: int, document: Any, headers: dict[str, str] | None = None) -> None:
         self.status = str(status)
-        body = json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
+        body = json.dumps(document).encode()
         raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         raw += [(name.lower().encode(), value.encode()) for name, value in (headers or {}).items()]
         await self.send({"type": "http.response.start", "status": status, "headers": raw})
         await self.send({"type": "http.response.body", "body": body})
+
+    @property
+    def model(self) -> str:
+        return self.route.model if self.route else "unknown"
 
     def finish(self) -> None:
         """Runs once per request, however it ended: the engine connection, the gate, the metrics."""
@@ -235,11 +254,11 @@ class _Exchange:
             else:
                 self.response.close()
         if self.admitted:
-            self.relay.gate.leave()
+            self.route.gate.leave()
         metrics = self.relay.metrics
-        metrics.proxy_requests.labels(self.label, self.status).inc()
+        metrics.proxy_requests.labels(self.model, self.label, self.status).inc()
         if self.response is not None:  # requests the engine answered; refusals and queue timeouts are not latency
-            metrics.proxy_latency.labels(self.label).observe(time.perf_counter() - self.started)
+            metrics.proxy_latency.labels(self.model, self.label).observe(time.perf_counter() - self.started)
 
 
 def _failure(exc: BaseException) -> str:

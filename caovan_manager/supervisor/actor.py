@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from caovan_manager.logwatch.events import PUBLISHED_KINDS
-from caovan_manager.metrics import DaemonMetrics
+from caovan_manager.metrics import ModelMetrics
 
 from .bus import Broadcaster
+from .inbox import Inbox
 from .machine import TENSORCORE75_KINDS, Machine
 from .messages import Command, LogLine, Message, Outcome, State
 
@@ -23,33 +24,31 @@ logger = logging.getLogger("caovan.supervisor")
 
 
 class Supervisor:
-    def __init__(self, metrics: DaemonMetrics, events: Broadcaster[dict[str, Any]]) -> None:
+    def __init__(self, metrics: ModelMetrics, events: Broadcaster[dict[str, Any]]) -> None:
         self.metrics = metrics
+        self.model = metrics.name
         self.events = events
         self.machine: Machine | None = None  # attached once the effects (which post here) exist
         self.ready_callbacks: list[Callable[[], None]] = []
-        self._inbox: asyncio.Queue[tuple[Message, asyncio.Future[Outcome] | None]] = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        # Told of every state change (the placement owner listens here); called in this loop, so keep them short.
+        self.state_callbacks: list[Callable[[State, str], None]] = []
+        self._inbox: Inbox[Message] = Inbox(f"caovan-supervisor-{self.model}", self._step, logger)
 
     def attach(self, machine: Machine) -> None:
         self.machine = machine
         self.metrics.state_changed(machine.state)
 
     def post(self, message: Message) -> None:
-        self._inbox.put_nowait((message, None))
+        self._inbox.post(message)
 
     async def command(self, command: Command) -> Outcome:
-        reply: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
-        self._inbox.put_nowait((command, reply))
-        return await reply
+        return await self._inbox.command(command)
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="caovan-supervisor")
+        self._inbox.start()
 
     async def stop_loop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._inbox.stop()
 
     async def wait_for(self, predicate: Callable[[Machine], bool], timeout_s: float) -> bool:
         """Wait until the machine satisfies `predicate` (checked after each message); for shutdown and tests."""
@@ -66,17 +65,6 @@ class Supervisor:
                     continue
         return True
 
-    async def _run(self) -> None:
-        while True:
-            message, reply = await self._inbox.get()
-            try:
-                outcome = self._step(message)
-            except Exception as exc:  # noqa: BLE001  (a bug in one decision must not stop supervision)
-                logger.exception("supervisor failed to handle %s", type(message).__name__)
-                outcome = Outcome(False, f"internal error while handling {type(message).__name__}: {exc}")
-            if reply is not None and not reply.done():
-                reply.set_result(outcome)
-
     def _step(self, message: Message) -> Outcome | None:
         m = self.machine
         before = (m.state, m.reason, m.run.run_id if m.run else None)
@@ -86,18 +74,20 @@ class Supervisor:
             if message.event.kind in TENSORCORE75_KINDS:
                 self.metrics.tensorcore75_changed(m.run.tensorcore75)
             if message.event.kind in PUBLISHED_KINDS:
-                self.events.publish({"type": "log_event", "time": time.time(), "run_id": message.run_id,
-                                     **message.event.to_json()})
+                self.events.publish({"type": "log_event", "time": time.time(), "model": self.model,
+                                     "run_id": message.run_id, **message.event.to_json()})
         run_id = m.run.run_id if m.run else None
         if run_id != before[2]:
             self.metrics.new_run(m.run.version or f"bundled-{m.bundled_version}")
         if (m.state, m.reason) != before[:2]:
             self.metrics.state_changed(m.state)
             if m.state is State.READY and m.state is not before[0] and m.run.ready_at is not None:
-                self.metrics.time_to_ready.set(m.run.ready_at - m.run.started_at)
-            self.events.publish({"type": "state", "time": time.time(), "state": m.state.value, "reason": m.reason,
-                                 "run_id": run_id, "restarts": m.restarts})
-            logger.info("engine %s: %s", m.state.value, m.reason)
+                self.metrics.ready_after(m.run.ready_at - m.run.started_at)
+            self.events.publish({"type": "state", "time": time.time(), "model": self.model, "state": m.state.value,
+                                 "reason": m.reason, "run_id": run_id, "restarts": m.restarts})
+            logger.info("engine %s (%s): %s", m.state.value, self.model, m.reason)
+            for listener in self.state_callbacks:
+                listener(m.state, m.reason)
             if m.state is State.READY and before[0] is not State.READY:
                 for callback in self.ready_callbacks:
                     callback()

@@ -45,6 +45,9 @@ class Effects(Protocol):
     def gate_hold(self) -> None:
         """New requests wait in the bounded queue."""
 
+    def gate_idle(self) -> None:
+        """The engine is stopped but loads on demand: new requests wait in the queue and ask for it."""
+
     def gate_reject(self, reason: str) -> None:
         """New and queued requests get a 503 with this reason."""
 

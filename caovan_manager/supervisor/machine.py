@@ -100,6 +100,14 @@ class Run:
 
 
 @dataclass
+class PluginChoice:
+    """The plugin version the engines start on (None = bundled). With several models one choice is shared by all
+    their machines; only a verified activation, on the primary model's machine, changes it."""
+
+    version: str | None = None
+
+
+@dataclass
 class Activation:
     from_version: str | None
     to_version: str | None
@@ -120,13 +128,16 @@ class Machine:
         bundled_version: str,
         active_version: str | None = None,
         first_run_id: int = 1,
+        plugin: PluginChoice | None = None,
+        run_ids: Callable[[], int] | None = None,
+        on_demand: bool = False,
     ) -> None:
         self.fx = effects
         self.settings = settings
         self.plugin_settings = plugin_settings
         self.clock = clock
         self.bundled_version = bundled_version
-        self.active_version = active_version
+        self.plugin = plugin or PluginChoice(active_version)
         self.state = State.STOPPED
         self.reason = ""
         self.last_error = ""
@@ -137,9 +148,22 @@ class Machine:
         self.after_stop: AfterStop = "stop"
         self.latest: dict[str, log.LogEvent] = {}
         self.state_since = clock()
-        self._next_run_id = first_run_id
+        # Run ids are unique across the daemon's models (their log files and store rows share one space).
+        counter = iter(range(first_run_id, 2**62))
+        self._run_ids = run_ids or (lambda: next(counter))
+        # On demand (a models table): a stopped engine's gate keeps requests waiting and asks for the model to be
+        # loaded; otherwise it answers them with a 503 until POST /start.
+        self.on_demand = on_demand
         self._failure_cause = "crash"
         self.hang = HangDetector(settings.hang_timeout_s)
+
+    @property
+    def active_version(self) -> str | None:
+        return self.plugin.version
+
+    @active_version.setter
+    def active_version(self, version: str | None) -> None:
+        self.plugin.version = version
 
     # Entry point ------------------------------------------------------------------------------------------------------
 
@@ -169,7 +193,7 @@ class Machine:
         if self.state in (State.STOPPED, State.FAILED, State.BACKOFF):
             self.fx.cancel_timer("backoff")
             self._enter(State.STOPPED, cmd.reason)
-            self.fx.gate_reject("the engine is stopped; POST /start starts it")
+            self._gate_stopped()
             return Outcome(True, "the engine is stopped")
         if self.state is State.READY:
             self._drain_then("stop", cmd.reason)
@@ -267,7 +291,7 @@ class Machine:
             return
         if self.after_stop == "stop":
             self._enter(State.STOPPED, self.reason)
-            self.fx.gate_reject("the engine is stopped; POST /start starts it")
+            self._gate_stopped()
         elif self.after_stop == "start":
             self._spawn()
         else:
@@ -341,8 +365,7 @@ class Machine:
 
     def _spawn(self) -> None:
         version = self._launch_version()
-        run = Run(self._next_run_id, version, self.clock())
-        self._next_run_id += 1
+        run = Run(self._run_ids(), version, self.clock())
         self.run = run
         self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
         self.fx.gate_hold()
@@ -413,6 +436,12 @@ class Machine:
         self._enter(State.BACKOFF, f"{self.reason}; retrying in {delay:g} s (failure {self.failures} of at most "
                                    f"{self.settings.max_restarts})")
         self.fx.set_timer("backoff", delay, BackoffElapsed(self.run.run_id))
+
+    def _gate_stopped(self) -> None:
+        if self.on_demand:
+            self.fx.gate_idle()
+        else:
+            self.fx.gate_reject("the engine is stopped; POST /start starts it")
 
     def _fail(self, reason: str) -> None:
         self.last_error = reason

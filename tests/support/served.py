@@ -41,7 +41,8 @@ class ServedDaemon:
 
     def requests_counted(self, status: str) -> float:
         value = self.daemon.metrics.registry.get_sample_value(
-            "caovan_proxy_requests_total", {"endpoint": "/v1/chat/completions", "status": status})
+            "caovan_proxy_requests_total", {"model": "/models/none", "endpoint": "/v1/chat/completions",
+                                            "status": status})
         return value or 0.0
 
 

@@ -1,6 +1,10 @@
 """One real daemon (embedded default: vLLM CPU engine + demo model) watched by one real Prometheus, shared by the
 browser test and the Prometheus test of this folder.
 
+The daemon serves the embedded default as users start it (one model, no models table): the Models card shows its
+one row. Several models, their swaps and the card's rows for them are tested on their own daemon, in
+tests/integration/daemon/test_models.py.
+
 The daemon is started and stopped with the daemon integration tests' own helpers (a `caovan serve` subprocess;
 stopping checks that no engine process is left). Prometheus starts right after the daemon is ready, from the
 example configuration in web/prometheus/prometheus.yml with a 1 s scrape interval, so it sees all the traffic and
@@ -32,6 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts" / "web"
 PROMETHEUS = Path("/usr/bin/prometheus")
 SCRAPE_INTERVAL = "1s"
+PRIMARY = "caovan-demo"  # the model's name in the Models card and the `model` label: its served name
 
 
 @dataclass

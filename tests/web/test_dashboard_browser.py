@@ -1,22 +1,33 @@
 """The dashboard in real headless Chromium against a daemon serving the real vLLM CPU engine: it loads cleanly, shows
 the engine ready, its charts and log tail move with traffic sent by the official openai client, acceptance is shown,
-a wrong admin key is refused and the right one restarts the engine while the page follows the states."""
+a wrong admin key is refused and the right one restarts the engine while the page follows the states; the Models card
+shows the one model and refuses a wrong key too."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.integration.daemon.conftest import ADMIN_KEY, INFERENCE_KEY
 from tests.integration.daemon.load import StreamingLoad
-
-from .browser import INSTALL_HINT, chromium, console_errors, missing_tools
+from .browser import (
+    INSTALL_HINT,
+    admin_confirm,
+    admin_model,
+    chromium,
+    console_errors,
+    missing_tools,
+    model_row,
+    model_view,
+    text,
+    wait,
+)
+from .conftest import PRIMARY
 
 pytestmark = pytest.mark.engine
 
@@ -24,28 +35,12 @@ SAMPLE_WAIT_S = 90  # the engine logs its throughput and acceptance every 10 s w
 RESTART_WAIT_S = 420
 
 
-def text(driver, element_id: str) -> str:
-    return driver.find_element(By.ID, element_id).text
-
-
 def points(driver, chart_id: str) -> int:
     return int(driver.find_element(By.ID, chart_id).get_attribute("data-points") or 0)
 
 
-def wait(driver, timeout_s: float, condition: Callable[[], object], what: str):
-    return WebDriverWait(driver, timeout_s, poll_frequency=0.2).until(
-        lambda _: condition(), message=f"{what} (waited {timeout_s} s)")
-
-
 def admin_restart(driver, key: str) -> None:
-    driver.find_element(By.ID, "restart-button").click()
-    wait(driver, 5, lambda: driver.find_element(By.ID, "admin-dialog").get_attribute("open") is not None,
-         "the confirmation dialog did not open")
-    assert "Restart the engine?" in text(driver, "admin-title")
-    field = driver.find_element(By.ID, "admin-key")
-    field.clear()
-    field.send_keys(key)
-    driver.find_element(By.ID, "admin-confirm").click()
+    admin_confirm(driver, "#restart-button", "Restart the engine?", key)
 
 
 def test_dashboard_follows_the_engine(observed, artifacts: Path) -> None:
@@ -135,3 +130,38 @@ def test_dashboard_follows_the_engine(observed, artifacts: Path) -> None:
         assert overflow <= 0, f"the page is {overflow} px wider than a phone's screen"
         driver.save_screenshot(str(artifacts / "06-phone.png"))
         assert httpx.get(f"{daemon.url}/readyz", timeout=10).status_code == 200
+
+
+def test_models_card_shows_the_one_model(observed, artifacts: Path) -> None:
+    """Without a models table the card has the one model's row; its Unload asks for the admin key like Restart does.
+    The rows of several models and a swap from the card: tests/integration/daemon/test_models.py."""
+    if missing_tools():
+        pytest.fail(f"missing {missing_tools()}: {INSTALL_HINT}")
+    daemon = observed.daemon
+    daemon.wait_state("ready", RESTART_WAIT_S)  # also after a failure of the test above
+    openai.OpenAI(base_url=f"{daemon.url}/v1", api_key=INFERENCE_KEY).completions.create(
+        model=PRIMARY, prompt="one two", max_tokens=4)  # a last use to show, whatever ran before
+    with chromium() as driver:
+        driver.get(f"{daemon.url}/")
+        wait(driver, 30, lambda: text(driver, "state") == "ready", "the page never showed state ready")
+        wait(driver, 30, lambda: driver.find_elements(By.CSS_SELECTOR, "#models tr"), "the Models card stayed empty")
+        wait(driver, 10, lambda: "One model" in text(driver, "models-mode"), "the card does not say it is one model")
+        time.sleep(1)  # let the first /metrics, /models and /plugins answers land before the console is read
+        assert console_errors(driver) == []
+        rows = driver.find_elements(By.CSS_SELECTOR, "#models tr")
+        assert [row.get_attribute("data-model") for row in rows] == [PRIMARY], text(driver, "models")
+        cells = model_row(driver, PRIMARY)["cells"]
+        assert cells[:3] == [PRIMARY, "all", "ready"] and cells[3].endswith(" ago"), cells
+        assert cells[4:] == ["0", "0 queued, 0 in flight"], cells
+        assert model_view(driver, PRIMARY) == {"state": "ready", "load": False, "unload": True}
+        driver.save_screenshot(str(artifacts / "07-models.png"))
+
+        admin_model(driver, PRIMARY, "unload", "not-the-admin-key")
+        wait(driver, 10, lambda: f"Unloading {PRIMARY} refused" in text(driver, "admin-result"),
+             "the wrong key was not refused for Unload")
+        assert "401" in text(driver, "admin-result")
+        errors = console_errors(driver)
+        assert errors and all(f"/models/{PRIMARY}/unload" in e and "401" in e for e in errors), errors
+        time.sleep(1)
+        assert model_view(driver, PRIMARY)["state"] == "ready" and text(driver, "state") == "ready"
+    assert httpx.get(f"{daemon.url}/readyz", timeout=10).status_code == 200

@@ -57,13 +57,17 @@ def test_queries_select_by_the_dashboard_variables() -> None:
     dashboard = generate.build()
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
-    assert variables["job"]["type"] == variables["instance"]["type"] == "query"
+    assert variables["job"]["type"] == variables["instance"]["type"] == variables["model"]["type"] == "query"
+    assert variables["model"]["definition"].startswith("label_values(caovan_engine_up{")
+    assert variables["model"]["multi"] and variables["model"]["includeAll"]
     for panel in dashboard["panels"]:
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
     for where, target in generate.queries(dashboard):
         for name, labels in SELECTOR.findall(target["expr"]):
             assert labels and 'job=~"$job"' in labels and 'instance=~"$instance"' in labels, (where, name)
+            # Every engine-scoped series has a model label; the GPUs are the machine's, whichever model runs.
+            assert ('model=~"$model"' in labels) != name.startswith("caovan_gpu_"), (where, name)
         for name in re.findall(r"vllm:\w+\{[^}]*\}", target["expr"]):
             assert 'instance=~"$instance"' in name, where
 
@@ -76,6 +80,7 @@ def test_panels_cover_the_operators_questions() -> None:
         "acceptance": {"caovan_spec_acceptance_rate", "caovan_spec_mean_acceptance_length",
                        "caovan_spec_position_acceptance_rate"},
         "engine state and restarts": {"caovan_engine_state", "caovan_engine_up", "caovan_engine_restarts_total"},
+        "model swaps": {"caovan_model_swaps_total", "caovan_model_swap_duration_seconds_bucket"},
         "plugin version and markers": {"caovan_plugin_info", "caovan_plugin_marker_active"},
         "TensorCore75": {"caovan_tensorcore75_active", "caovan_tensorcore75_kernels"},
         "proxy": {"caovan_proxy_request_duration_seconds_bucket", "caovan_proxy_time_to_first_token_seconds_bucket",

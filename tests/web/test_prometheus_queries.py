@@ -2,8 +2,8 @@
 real vLLM CPU engine (from web/prometheus/prometheus.yml), returns data after traffic and a restart.
 
 Queries are evaluated the way Grafana does: range queries over the time Prometheus has watched (instant ones at the
-end), with the dashboard's variables set to this daemon's job and instance. GPU panels return data only where NVML
-sees a GPU; on a machine without one they must return nothing at all (the daemon exports no made-up zeros).
+end), with the dashboard's variables set to this daemon's job, instance and model. GPU panels return data only
+where NVML sees a GPU; on a machine without one they must return nothing at all (the daemon exports no made-up zeros).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import pytest
 from tests.integration.daemon.conftest import ADMIN_KEY, INFERENCE_KEY
 from tests.integration.daemon.load import StreamingLoad
 from web.grafana import generate
+
+from .conftest import PRIMARY
 
 pytestmark = pytest.mark.engine
 
@@ -36,9 +38,9 @@ def daemon_jobs(prometheus, instance: str) -> dict[str, str]:
     return jobs
 
 
-def substitute(expr: str, job: str, instance: str, range_s: int) -> str:
+def substitute(expr: str, job: str, instance: str, model: str, range_s: int) -> str:
     return (expr.replace("$__rate_interval", RATE_INTERVAL).replace("$__range", f"{range_s}s")
-            .replace("$job", job).replace("$instance", instance))
+            .replace("$job", job).replace("$instance", instance).replace("$model", model))
 
 
 def finite_values(result: list[dict]) -> list[float]:
@@ -73,6 +75,11 @@ def test_every_dashboard_query_returns_data(observed) -> None:
     # The dashboard's job and instance variables: label_values(caovan_engine_up, job), then instance.
     assert prometheus.api("label/job/values", **{"match[]": "caovan_engine_up"}) == [job]
     assert prometheus.api("label/instance/values", **{"match[]": f'caovan_engine_up{{job="{job}"}}'}) == [instance]
+    # Then the model variable (one model here: the swap series exist at zero for it from the start).
+    served = prometheus.api("label/model/values",
+                            **{"match[]": f'caovan_engine_up{{job="{job}", instance="{instance}"}}'})
+    assert served == [PRIMARY], served
+    model = PRIMARY
 
     engine_page = httpx.get(f"{daemon.url}/metrics/engine", timeout=10).text
     gpu_exported = "caovan_gpu_" in httpx.get(f"{daemon.url}/metrics", timeout=10).text
@@ -80,7 +87,7 @@ def test_every_dashboard_query_returns_data(observed) -> None:
     range_s = int(end - prometheus.started_at) + 1
     empty, wrong_legend, checked, gpu_checked = [], [], 0, 0
     for where, target in generate.queries(generate.build()):
-        expr = substitute(target["expr"], job, instance, range_s)
+        expr = substitute(target["expr"], job, instance, model, range_s)
         for name in generate.metric_names(expr):
             if name.startswith("vllm:"):
                 assert f"\n{name}" in engine_page, f"{where}: the engine does not export {name}"

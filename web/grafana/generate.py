@@ -3,9 +3,10 @@
 Run `python web/grafana/generate.py` after changing a panel; it rewrites caovan-dashboard.json beside this file.
 `--check` exits 1 when the committed file differs from what this module generates (the tests do the same).
 
-Every query selects the daemon's series with the `job` and `instance` variables; the engine's own `vllm:*` series,
-re-exposed by the daemon at /metrics/engine, are scraped as another job on the same address and so select by
-`instance` only.
+Every query selects the daemon's series with the `job` and `instance` variables, and its per-model series (all but
+the GPUs') with the `model` variable too; panels showing several models name the model in their legends. The
+engine's own `vllm:*` series, re-exposed by the daemon at /metrics/engine (the primary model's engine), are scraped as
+another job on the same address and so select by `instance` only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ DASHBOARD_PATH = Path(__file__).with_name("caovan-dashboard.json")
 UID = "caovan-daemon"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 DAEMON = 'job=~"$job", instance=~"$instance"'
+MODEL = 'model=~"$model"'
 ENGINE = 'instance=~"$instance"'
 RATE = "$__rate_interval"
 GRID_WIDTH = 24
@@ -31,9 +33,14 @@ GRID_WIDTH = 24
 METRIC_NAME = re.compile(r"\b(?:caovan_[a-zA-Z0-9_]*|vllm:[a-zA-Z0-9_:]*)")
 
 
-def daemon(metric: str, labels: str = "") -> str:
-    """A selector of one of the daemon's series for the chosen job and instance."""
-    return f"{metric}{{{DAEMON}{', ' + labels if labels else ''}}}"
+def daemon(metric: str) -> str:
+    """A selector of one of the daemon's per-model series for the chosen job, instance and models."""
+    return f"{metric}{{{DAEMON}, {MODEL}}}"
+
+
+def gpu(metric: str) -> str:
+    """A selector of a GPU series: the machine's GPUs carry no model label, whichever model runs on them."""
+    return f"{metric}{{{DAEMON}}}"
 
 
 def engine(metric: str) -> str:
@@ -41,8 +48,12 @@ def engine(metric: str) -> str:
     return f"{metric}{{{ENGINE}}}"
 
 
-def quantile(q: float, histogram: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({daemon(histogram + '_bucket')}[{RATE}])))"
+def quantile(q: float, histogram: str, recent: bool = True) -> str:
+    """The q-quantile of one of the daemon's histograms, per model: of the observations of the last few scrapes, or
+    (recent=False) of all since the daemon started. The latter also counts a model's first observation, which
+    rate() and increase() cannot see: the model's series appear with it."""
+    buckets = daemon(histogram + "_bucket")
+    return f"histogram_quantile({q}, sum by (le, model) ({f'rate({buckets}[{RATE}])' if recent else buckets}))"
 
 
 @dataclass(frozen=True)
@@ -87,81 +98,117 @@ STATE_MAPPING = [{"type": "value", "options": {
 UP_MAPPING = [{"type": "value", "options": {
     "0": {"text": "down", "color": "red", "index": 0},
     "1": {"text": "ready", "color": "green", "index": 1}}}]
+# A model that is not loaded is normal where models take turns: not ready is no alarm colour in the Models row.
+LOADED_MAPPING = [{"type": "value", "options": {
+    "0": {"text": "not ready", "color": "text", "index": 0},
+    "1": {"text": "ready", "color": "green", "index": 1}}}]
 LINES = {"drawStyle": "line", "lineWidth": 2, "fillOpacity": 10, "showPoints": "never", "spanNulls": True}
 BARS = {"drawStyle": "bars", "fillOpacity": 60, "showPoints": "never"}
 STAT_NAME = {"textMode": "name", "colorMode": "background", "graphMode": "none",
              "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
-STAT_VALUE = {"textMode": "value", "colorMode": "value", "graphMode": "none",
+# textMode auto: the value alone for one series, the legend beside each value for several (one per model).
+STAT_VALUE = {"textMode": "auto", "colorMode": "value", "graphMode": "none",
               "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}
 
 
 def rows() -> list[Row]:
     return [
         Row("Engine", [
-            Panel("Engine", "stat", [Target(daemon("caovan_engine_up"), "engine")], 4, 5,
+            Panel("Engine", "stat", [Target(daemon("caovan_engine_up"), "{{model}}")], 4, 5,
                   description="ready = the supervisor's state is `ready` (it serves requests)",
                   options=STAT_VALUE | {"colorMode": "background"}, mappings=UP_MAPPING,
                   thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}]),
-            Panel("State", "stat", [Target(f"{daemon('caovan_engine_state')} == 1", "{{state}}")], 4, 5,
+            Panel("State", "stat", [Target(f"{daemon('caovan_engine_state')} == 1", "{{model}}: {{state}}")], 4, 5,
                   description="The supervisor's state: stopped, starting, ready, draining, stopping, backoff, failed",
                   options=STAT_NAME, thresholds=[{"color": "blue", "value": None}]),
-            Panel("Plugin version", "stat", [Target(daemon("caovan_plugin_info"), "{{version}}")], 4, 5,
+            Panel("Plugin version", "stat", [Target(daemon("caovan_plugin_info"), "{{model}}: {{version}}")], 4, 5,
                   description="The plugin version of the running engine (its banner once printed)",
                   options=STAT_NAME, thresholds=[{"color": "purple", "value": None}]),
-            Panel("MTP tokens", "stat", [Target(daemon("caovan_mtp_num_speculative_tokens"), "MTP")], 3, 5,
+            Panel("MTP tokens", "stat", [Target(daemon("caovan_mtp_num_speculative_tokens"), "{{model}}")], 3, 5,
                   description="Speculative (MTP) tokens per step of the running engine", options=STAT_VALUE),
-            Panel("Time to ready", "stat", [Target(daemon("caovan_engine_time_to_ready_seconds"), "ready after")],
+            Panel("Time to ready", "stat", [Target(daemon("caovan_engine_time_to_ready_seconds"), "{{model}}")],
                   3, 5, unit="s", description="Spawn to ready of the latest engine start", options=STAT_VALUE),
             Panel("Restarts in range", "stat",
-                  [Target(f"sum(increase({daemon('caovan_engine_restarts_total')}[$__range]))", "restarts")], 6, 5,
+                  [Target(f"sum by (model) (increase({daemon('caovan_engine_restarts_total')}[$__range]))",
+                          "{{model}}")], 6, 5,
                   description="Engine restarts of every cause within the dashboard's time range",
                   options=STAT_VALUE | {"colorMode": "background"},
                   thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1},
                               {"color": "red", "value": 5}]),
-            Panel("Markers active", "stat", [Target(daemon("caovan_plugin_marker_active"), "{{marker}}")], 12, 6,
+            Panel("Markers active", "stat",
+                  [Target(daemon("caovan_plugin_marker_active"), "{{model}} {{marker}}")], 12, 6,
                   description="Log markers the plugin printed in the current run: banner, caovan_mode, MTP, "
                               "GDNCore real prefill, active dispatch",
                   options=STAT_VALUE | {"colorMode": "background", "textMode": "value_and_name",
                                         "orientation": "horizontal"},
                   mappings=ACTIVE_MAPPING),
-            Panel("State over time", "state-timeline", [Target(daemon("caovan_engine_state"), "{{state}}")], 12, 6,
+            Panel("State over time", "state-timeline",
+                  [Target(daemon("caovan_engine_state"), "{{model}} {{state}}")], 12, 6,
                   description="Which state the supervisor was in, when", mappings=STATE_MAPPING,
                   options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
                   custom={"fillOpacity": 80}),
             Panel("Restarts by cause", "timeseries",
-                  [Target(f"sum by (cause) (increase({daemon('caovan_engine_restarts_total')}[{RATE}]))",
-                          "{{cause}}")], 24, 6,
+                  [Target(f"sum by (model, cause) (increase({daemon('caovan_engine_restarts_total')}[{RATE}]))",
+                          "{{model}} {{cause}}")], 24, 6,
                   description="requested, crash, start_failed, hang, activation, rollback", custom=BARS),
+        ]),
+        Row("Models (swapped on demand)", [
+            Panel("Ready per model", "state-timeline", [Target(daemon("caovan_engine_up"), "{{model}}")], 9, 5,
+                  description="When each model's engine served requests; models sharing GPUs take turns",
+                  mappings=LOADED_MAPPING, options={"showValue": "never", "mergeValues": True, "rowHeight": 0.8},
+                  custom={"fillOpacity": 80}),
+            Panel("Swaps in range", "stat",
+                  [Target(f"sum by (model) (increase({daemon('caovan_model_swaps_total')}[$__range]))", "{{model}}")],
+                  5, 5, description="Starts of a model that stopped another one for its GPUs, within the time range",
+                  options=STAT_VALUE, thresholds=[{"color": "blue", "value": None}]),
+            # Swaps are rare, and often a model's first swap is the one to see: every swap since the daemon started.
+            Panel("Swap duration", "bargauge", [
+                Target(quantile(0.5, "caovan_model_swap_duration_seconds", recent=False), "{{model}} p50",
+                       instant=True),
+                Target(quantile(0.95, "caovan_model_swap_duration_seconds", recent=False), "{{model}} p95",
+                       instant=True),
+            ], 5, 5, unit="s", min=0,
+                description="From stopping the models in its way to the swapped-in model's ready; every swap since "
+                            "the daemon started",
+                options={"orientation": "horizontal", "displayMode": "basic", "showUnfilled": True,
+                         "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}}),
+            Panel("Idle since last request", "stat",
+                  [Target(f"time() - {daemon('caovan_model_last_used_timestamp_seconds')}", "{{model}}")], 5, 5,
+                  unit="s", description="Time since a request last entered or left the model's queue",
+                  options=STAT_VALUE),
         ]),
         Row("Throughput", [
             Panel("Tokens per second", "timeseries", [
-                Target(daemon("caovan_generation_tokens_per_second"), "generation (engine log)"),
-                Target(daemon("caovan_prompt_tokens_per_second"), "prompt (engine log)"),
+                Target(daemon("caovan_generation_tokens_per_second"), "{{model}} generation (engine log)"),
+                Target(daemon("caovan_prompt_tokens_per_second"), "{{model}} prompt (engine log)"),
                 Target(f"sum(rate({engine('vllm:generation_tokens_total')}[{RATE}]))", "generation (engine counter)"),
                 Target(f"sum(rate({engine('vllm:prompt_tokens_total')}[{RATE}]))", "prompt (engine counter)"),
             ], 12, unit="tps", min=0, custom=LINES,
-                description="The engine log's 10-second averages beside the rate of the engine's own counters"),
+                description="The engine logs' 10-second averages beside the rate of the engine's own counters (the "
+                            "primary model's engine, /metrics/engine)"),
             Panel("Queue depth and requests", "timeseries", [
-                Target(daemon("caovan_proxy_queue_depth"), "queued at the daemon (engine not ready)"),
-                Target(daemon("caovan_proxy_in_flight"), "in flight through the daemon"),
-                Target(daemon("caovan_engine_requests_running"), "running in the engine"),
-                Target(daemon("caovan_engine_requests_waiting"), "waiting in the engine"),
+                Target(daemon("caovan_proxy_queue_depth"), "{{model}} queued at the daemon (engine not ready)"),
+                Target(daemon("caovan_proxy_in_flight"), "{{model}} in flight through the daemon"),
+                Target(daemon("caovan_engine_requests_running"), "{{model}} running in the engine"),
+                Target(daemon("caovan_engine_requests_waiting"), "{{model}} waiting in the engine"),
             ], 8, min=0, custom=LINES),
-            Panel("KV cache usage", "timeseries", [Target(daemon("caovan_kv_cache_usage_ratio"), "KV cache")], 4,
+            Panel("KV cache usage", "timeseries", [Target(daemon("caovan_kv_cache_usage_ratio"), "{{model}}")], 4,
                   unit="percentunit", min=0, max=1, custom=LINES),
         ]),
         Row("Speculative decoding (MTP)", [
             Panel("Draft acceptance rate", "timeseries", [
-                Target(daemon("caovan_spec_acceptance_rate"), "acceptance (engine log)"),
-                Target(f"sum(rate({daemon('caovan_mtp_accepted_tokens_total')}[{RATE}])) / "
-                       f"sum(rate({daemon('caovan_mtp_drafted_tokens_total')}[{RATE}]))", "accepted / drafted"),
+                Target(daemon("caovan_spec_acceptance_rate"), "{{model}} acceptance (engine log)"),
+                Target(f"sum by (model) (rate({daemon('caovan_mtp_accepted_tokens_total')}[{RATE}])) / "
+                       f"sum by (model) (rate({daemon('caovan_mtp_drafted_tokens_total')}[{RATE}]))",
+                       "{{model}} accepted / drafted"),
             ], 8, unit="percentunit", min=0, max=1, custom=LINES,
                 description="Share of the MTP head's draft tokens the model accepted"),
             Panel("Mean acceptance length", "timeseries",
-                  [Target(daemon("caovan_spec_mean_acceptance_length"), "mean acceptance length")], 6, min=1,
+                  [Target(daemon("caovan_spec_mean_acceptance_length"), "{{model}}")], 6, min=1,
                   custom=LINES, description="Tokens produced per decode step (1 + accepted drafts)"),
             Panel("Acceptance by position", "bargauge",
-                  [Target(daemon("caovan_spec_position_acceptance_rate"), "position {{position}}", instant=True)],
+                  [Target(daemon("caovan_spec_position_acceptance_rate"), "{{model}} position {{position}}",
+                          instant=True)],
                   5, unit="percentunit", min=0, max=1,
                   options={"orientation": "horizontal", "displayMode": "gradient", "showUnfilled": True,
                            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False}},
@@ -169,32 +216,34 @@ def rows() -> list[Row]:
                               {"color": "green", "value": 0.6}],
                   description="Acceptance of the draft token at each MTP position (the latest interval)"),
             Panel("MTP tokens per second", "timeseries", [
-                Target(f"sum(rate({daemon('caovan_mtp_accepted_tokens_total')}[{RATE}]))", "accepted"),
-                Target(f"sum(rate({daemon('caovan_mtp_drafted_tokens_total')}[{RATE}]))", "drafted"),
+                Target(f"sum by (model) (rate({daemon('caovan_mtp_accepted_tokens_total')}[{RATE}]))",
+                       "{{model}} accepted"),
+                Target(f"sum by (model) (rate({daemon('caovan_mtp_drafted_tokens_total')}[{RATE}]))",
+                       "{{model}} drafted"),
             ], 5, unit="tps", min=0, custom=LINES),
         ]),
         Row("OpenAI proxy", [
             Panel("Request latency", "timeseries", [
-                Target(quantile(0.5, "caovan_proxy_request_duration_seconds"), "p50"),
-                Target(quantile(0.99, "caovan_proxy_request_duration_seconds"), "p99"),
+                Target(quantile(0.5, "caovan_proxy_request_duration_seconds"), "{{model}} p50"),
+                Target(quantile(0.99, "caovan_proxy_request_duration_seconds"), "{{model}} p99"),
             ], 8, unit="s", min=0, custom=LINES, description="Whole proxied request, arrival to last byte"),
             Panel("Time to first token", "timeseries", [
-                Target(quantile(0.5, "caovan_proxy_time_to_first_token_seconds"), "p50"),
-                Target(quantile(0.99, "caovan_proxy_time_to_first_token_seconds"), "p99"),
+                Target(quantile(0.5, "caovan_proxy_time_to_first_token_seconds"), "{{model}} p50"),
+                Target(quantile(0.99, "caovan_proxy_time_to_first_token_seconds"), "{{model}} p99"),
             ], 8, unit="s", min=0, custom=LINES, description="Streamed requests: arrival to the first chunk"),
             Panel("Requests per second", "timeseries", [
-                Target(f"sum by (endpoint, status) (rate({daemon('caovan_proxy_requests_total')}[{RATE}]))",
-                       "{{endpoint}} {{status}}"),
+                Target(f"sum by (model, endpoint, status) (rate({daemon('caovan_proxy_requests_total')}[{RATE}]))",
+                       "{{model}} {{endpoint}} {{status}}"),
             ], 8, unit="reqps", min=0, custom=LINES),
         ]),
         Row("TensorCore75 (sm_75 tensor cores)", [
-            Panel("TensorCore75", "stat", [Target(daemon("caovan_tensorcore75_active"), "TensorCore75")], 6, 5,
+            Panel("TensorCore75", "stat", [Target(daemon("caovan_tensorcore75_active"), "{{model}}")], 6, 5,
                   description="ACTIVE while an engine process retargets Triton dots to sm_75 tensor cores; off "
                               "otherwise (/status says why)",
                   options=STAT_VALUE | {"colorMode": "background"}, mappings=TENSORCORE75_MAPPING,
                   thresholds=[{"color": "text", "value": None}, {"color": "green", "value": 1}]),
             Panel("TensorCore75 kernels", "bargauge",
-                  [Target(daemon("caovan_tensorcore75_kernels"), "{{decision}} {{reason}}")], 18, 5,
+                  [Target(daemon("caovan_tensorcore75_kernels"), "{{model}} {{decision}} {{reason}}")], 18, 5,
                   description="Kernels compiled by the engine process with the most: retargeted to tensor cores, "
                               "or kept on FMA by reason",
                   options={"orientation": "horizontal", "displayMode": "basic", "showUnfilled": True,
@@ -202,16 +251,16 @@ def rows() -> list[Row]:
         ]),
         Row("GPU (NVML; empty on a CPU engine)", [
             Panel("GPU memory", "timeseries", [
-                Target(daemon("caovan_gpu_memory_used_bytes"), "GPU {{gpu}} used"),
-                Target(daemon("caovan_gpu_memory_total_bytes"), "GPU {{gpu}} total"),
+                Target(gpu("caovan_gpu_memory_used_bytes"), "GPU {{gpu}} used"),
+                Target(gpu("caovan_gpu_memory_total_bytes"), "GPU {{gpu}} total"),
             ], 6, unit="bytes", min=0, custom=LINES),
             Panel("GPU utilisation", "timeseries",
-                  [Target(daemon("caovan_gpu_utilization_percent"), "GPU {{gpu}}")], 6, unit="percent", min=0,
+                  [Target(gpu("caovan_gpu_utilization_percent"), "GPU {{gpu}}")], 6, unit="percent", min=0,
                   max=100, custom=LINES),
             Panel("GPU temperature", "timeseries",
-                  [Target(daemon("caovan_gpu_temperature_celsius"), "GPU {{gpu}}")], 6, unit="celsius",
+                  [Target(gpu("caovan_gpu_temperature_celsius"), "GPU {{gpu}}")], 6, unit="celsius",
                   custom=LINES),
-            Panel("GPU power", "timeseries", [Target(daemon("caovan_gpu_power_watts"), "GPU {{gpu}}")], 6,
+            Panel("GPU power", "timeseries", [Target(gpu("caovan_gpu_power_watts"), "GPU {{gpu}}")], 6,
                   unit="watt", min=0, custom=LINES),
         ]),
     ]
@@ -219,8 +268,8 @@ def rows() -> list[Row]:
 
 ANNOTATIONS = [
     {"name": "Engine restarts", "iconColor": "orange", "titleFormat": "engine restart",
-     "textFormat": "cause: {{cause}}", "tagKeys": "cause",
-     "expr": f"sum by (cause) (increase({daemon('caovan_engine_restarts_total')}[1m])) > 0"},
+     "textFormat": "{{model}}, cause: {{cause}}", "tagKeys": "model,cause",
+     "expr": f"sum by (model, cause) (increase({daemon('caovan_engine_restarts_total')}[1m])) > 0"},
 ]
 
 
@@ -286,6 +335,7 @@ def _variables() -> list[dict[str, Any]]:
          "refresh": 1, "current": {}, "options": [], "hide": 0},
         query("job", "Job", "label_values(caovan_engine_up, job)"),
         query("instance", "Instance", 'label_values(caovan_engine_up{job=~"$job"}, instance)'),
+        query("model", "Model", f"label_values(caovan_engine_up{{{DAEMON}}}, model)"),
     ]
 
 

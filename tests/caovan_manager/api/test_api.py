@@ -67,7 +67,9 @@ def test_metrics_keyed_by_configuration(client):
     assert client.get("/metrics", headers=bearer(INFER)).status_code == 401
     page = client.get("/metrics", headers=bearer(METRICS))
     assert page.status_code == 200
-    assert "caovan_engine_up 0.0" in page.text and 'caovan_engine_state{state="stopped"} 1.0' in page.text
+    # Engine series carry the model's name: without a models table, the engine's served name or its model path.
+    assert 'caovan_engine_up{model="/models/none"} 0.0' in page.text
+    assert 'caovan_engine_state{model="/models/none",state="stopped"} 1.0' in page.text
     assert "vllm:" not in page.text
     engine = client.get("/metrics/engine", headers=bearer(METRICS))
     assert engine.status_code == 503
@@ -109,3 +111,10 @@ def test_unknown_plugin_version_is_404_with_advice(client):
 def test_plugins_listing(client):
     body = client.get("/plugins").json()
     assert body["active_version"] is None and body["bundled"]["active"] and body["versions"] == []
+
+
+def test_a_model_named_by_its_path_can_be_unloaded(client):
+    """Without a models table the one model's name is its path (no --served-model-name): slashes and all."""
+    response = client.post("/models/%2Fmodels%2Fnone/unload", headers=bearer(ADMIN))
+    assert response.status_code == 202, response.text
+    assert response.json()["message"] == "/models/none is not loaded"

@@ -28,6 +28,14 @@ def test_serve_rejects_a_bad_config_before_starting_anything(tmp_path):
     assert "port: Input should be greater than or equal to 1" in result.output
 
 
+def test_serve_refuses_a_model_beside_a_models_table(tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text(f'state_dir = "{tmp_path}"\n[models.coder]\nmodel = "/m/coder"\n')
+    result = CliRunner().invoke(app, ["serve", "/m/other", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "MODEL (/m/other) and the config's models table were both given" in result.output
+
+
 def test_serve_refuses_a_port_a_listener_holds_naming_it(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

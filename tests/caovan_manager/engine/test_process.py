@@ -11,9 +11,17 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from caovan_manager.engine.process import EngineProcess, LaunchSpec, PortInUse, check_port_free, group_members
+from caovan_manager.engine.process import (
+    EngineProcess,
+    LaunchSpec,
+    PortInUse,
+    check_port_free,
+    exiting,
+    group_members,
+)
 
 # A parent that starts two children ignoring SIGTERM (like a stuck EngineCore), says so, then waits. One os.write per
 # line: the three processes share the pipe and their lines must not interleave.
@@ -132,3 +140,20 @@ def test_an_engine_left_by_a_dead_daemon_is_killed_at_the_next_start(tmp_path):
         for proc in (left, unrelated):
             proc.kill()
             proc.wait()
+
+
+def test_a_process_the_kernel_is_ending_is_told_apart_from_a_live_one():
+    """A zombie (exited, not yet reaped) carries the kernel's PF_EXITING flag, as a killed worker does while its
+    memory is torn down; stop() waits longer for those instead of calling them survivors."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not exiting(psutil.Process(child.pid))
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:  # not reaped: we do not wait() yet
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert exiting(psutil.Process(child.pid))
+    finally:
+        child.kill()
+        child.wait()

@@ -24,6 +24,7 @@ class RecordingEffects(Effects):
     def measure(self, run_id: int) -> None: self._record("measure", run_id)
     def gate_open(self, run_id: int) -> None: self._record("gate_open", run_id)
     def gate_hold(self) -> None: self._record("gate_hold")
+    def gate_idle(self) -> None: self._record("gate_idle")
     def gate_reject(self, reason: str) -> None: self._record("gate_reject", reason)
     def drain(self, run_id: int, timeout_s: float) -> None: self._record("drain", run_id, timeout_s)
     def record_run(self, run_id: int, version: str | None) -> None: self._record("record_run", run_id, version)

@@ -235,6 +235,29 @@ def test_stop_when_ready_drains_then_stops_and_rejects_requests(fx, clock):
     assert fx.calls[-1][0] == "gate_reject"
 
 
+def test_an_on_demand_engine_once_stopped_holds_requests_for_the_next_load(fx, clock):
+    """With a models table a stopped engine's requests wait (and ask placement to load it) instead of a 503."""
+    m = Machine(fx, SupervisorSettings(), PluginSettings(), clock, bundled_version="0.1.0", on_demand=True)
+    run_id = ready(m, fx)
+    m.handle(StopCommand("swapped out"))
+    m.handle(Drained(run_id, 0))
+    m.handle(StoppedGroup(run_id))
+    assert m.state is State.STOPPED and fx.calls[-1] == ("gate_idle",)
+    assert "gate_reject" not in fx.names()
+    m.handle(StopCommand())  # already stopped: still idle, not refusing
+    assert fx.calls[-1] == ("gate_idle",)
+
+
+def test_run_ids_come_from_the_shared_allocator(fx, clock):
+    ids = iter([7, 11])
+    m = Machine(fx, SupervisorSettings(), PluginSettings(), clock, bundled_version="0.1.0", run_ids=lambda: next(ids))
+    assert ready(m, fx) == 7
+    m.handle(RestartCommand())
+    m.handle(Drained(7, 0))
+    m.handle(StoppedGroup(7))
+    assert m.run.run_id == 11
+
+
 def test_stop_during_backoff_cancels_the_retry(fx, clock):
     m = make(fx, clock)
     run_id = ready(m, fx)

@@ -53,8 +53,11 @@ class StreamingLoad:
     """`concurrency` workers, each sending streamed chat completions back to back until stop()."""
 
     def __init__(self, base_url: str, api_key: str, concurrency: int = 3, max_tokens: int = 24,
-                 request_timeout_s: float = 600, stop: list[str] | None = None, mixed: bool = False) -> None:
+                 request_timeout_s: float = 600, stop: list[str] | None = None, mixed: bool = False,
+                 model: str = "caovan-demo", pause_s: float = 0.0) -> None:
         self.base_url = base_url
+        self.model = model
+        self.pause_s = pause_s  # between one worker's requests: a light load that leaves the CPU to others
         self.api_key = api_key
         self.concurrency = concurrency
         self.max_tokens = max_tokens
@@ -112,13 +115,15 @@ class StreamingLoad:
             finally:
                 self._active.discard(task)
             count += 1
+            if self.pause_s:
+                await asyncio.sleep(self.pause_s)
 
     async def _one(self, client: openai.AsyncOpenAI, prompt: str, streamed: bool = True,
                    max_tokens: int | None = None) -> None:
         started = time.time()
         chunks = 0
         try:
-            request = dict(model="caovan-demo", messages=[{"role": "user", "content": prompt}], temperature=0,
+            request = dict(model=self.model, messages=[{"role": "user", "content": prompt}], temperature=0,
                            max_tokens=max_tokens or self.max_tokens, stop=self.stop_words)
             if streamed:
                 async for chunk in await client.chat.completions.create(**request, stream=True):

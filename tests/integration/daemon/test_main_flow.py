@@ -60,10 +60,12 @@ def test_metrics_logs_and_events(daemon):
     for _ in range(3):
         client.completions.create(model="caovan-demo", prompt="one two three", max_tokens=16)
     page = httpx.get(f"{daemon.url}/metrics").text
-    assert "caovan_engine_up 1.0" in page
-    assert re.search(r'caovan_proxy_requests_total\{endpoint="/v1/completions",status="200"\} [1-9]', page)
-    assert 'caovan_plugin_marker_active{marker="plugin_banner"} 1.0' in page
-    assert "caovan_plugin_info{version=" in page and "caovan_mtp_num_speculative_tokens 3.0" in page
+    assert 'caovan_engine_up{model="caovan-demo"} 1.0' in page
+    assert re.search(r'caovan_proxy_requests_total\{endpoint="/v1/completions",model="caovan-demo",status="200"\} '
+                     r'[1-9]', page)
+    assert 'caovan_plugin_marker_active{marker="plugin_banner",model="caovan-demo"} 1.0' in page
+    assert 'caovan_plugin_info{model="caovan-demo",version=' in page
+    assert 'caovan_mtp_num_speculative_tokens{model="caovan-demo"} 3.0' in page
     assert "vllm:" not in page
     engine_page = httpx.get(f"{daemon.url}/metrics/engine").text
     assert "vllm:generation_tokens_total" in engine_page

@@ -1,0 +1,58 @@
+"""GET /models, POST /models/{name}/load and /unload: the configured models and the admin's hand on placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
+from fastapi.responses import JSONResponse
+
+from caovan_manager.models.catalog import UnknownModel
+from caovan_manager.models.placement import Load, Unload
+
+from .schemas import UNAUTHORIZED, ControlResult, ModelList, Problem
+from .security import require_admin
+from .status import model_documents
+
+router = APIRouter(tags=["models"])
+
+# A path parameter: a model without a models table is named by its path or Hugging Face id, slashes and all.
+NAME = Path(..., max_length=128, description="A configured model's name or alias.")
+PLACEMENT = {"status_code": 202, "response_model": ControlResult,
+             "responses": {404: {"model": Problem, "description": "no such model"}, **UNAUTHORIZED}}
+
+
+@router.get("/models", summary="Every configured model: GPUs, state, requests, idle ttl, swaps",
+            response_model=ModelList)
+async def list_models(request: Request) -> dict[str, Any]:
+    daemon = request.app.state.daemon
+    return {"routed": daemon.routed, "fairness_s": daemon.settings.swap.fairness_s, "models": model_documents(daemon)}
+
+
+async def place(request: Request, name: str, message: type[Load] | type[Unload], reason: str) -> JSONResponse:
+    daemon = request.app.state.daemon
+    try:
+        entry = daemon.catalog.get_named(name)
+    except UnknownModel as exc:
+        raise HTTPException(404, detail=str(exc)) from None
+    outcome = await daemon.placement.command(message(entry.name, reason))
+    return decision(daemon.slots[entry.name].machine.state.value, outcome)
+
+
+def decision(state: str, outcome: Any) -> JSONResponse:
+    code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
+    return JSONResponse({"accepted": outcome.accepted, "message": outcome.message, "state": state}, status_code=code)
+
+
+@router.post("/models/{name:path}/load", dependencies=[Depends(require_admin)],
+             summary="Load the model now, stopping models that share its GPUs (they drain first)", **PLACEMENT)
+async def load(request: Request, name: str = NAME) -> JSONResponse:
+    return await place(request, name, Load, f"load requested (POST /models/{name}/load)")
+
+
+@router.post("/models/{name:path}/unload", dependencies=[Depends(require_admin)],
+             summary="Drain the model's requests, then stop its engine; its next request loads it again",
+             **PLACEMENT)
+async def unload(request: Request, name: str = NAME) -> JSONResponse:
+    return await place(request, name, Unload, f"unload requested (POST /models/{name}/unload)")
+

@@ -1,0 +1,120 @@
+"""The models the daemon serves, resolved once at start: names, aliases, GPUs, idle ttl, and each one's engine.
+
+Without a `models` table the daemon serves one model, as it always did (`caovan serve MODEL`, or `engine.model`):
+one entry that takes every request, whatever model it names (vLLM answers a wrong name itself). With a table, the
+request's `model` picks the entry, and each engine is told its names (`--served-model-name NAME ALIASES...`) so
+vLLM accepts and reports the name the client used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+from caovan_manager.config import ModelSettings, Settings
+from caovan_manager.engine.launch import EngineTarget, option_value, resolve_target
+
+
+class UnknownModel(LookupError):
+    """A request named a model that is not configured; the message lists the ones that are."""
+
+    def __init__(self, name: str | None, known: list[str]) -> None:
+        what = f"the model {name!r} is not served here" if name else "the request names no model"
+        super().__init__(f"{what}; the configured models are: {', '.join(known)} (GET /v1/models lists them)")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    target: EngineTarget
+    gpus: frozenset[int] | None  # None: every GPU
+    aliases: tuple[str, ...] = ()
+    ttl_s: float = 0.0
+    preload: bool = True
+
+    def overlaps(self, other: ModelEntry) -> bool:
+        """Whether the two engines would share a GPU (an entry without a GPU list takes them all)."""
+        if self.gpus is None or other.gpus is None:
+            return True
+        return bool(self.gpus & other.gpus)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    entries: tuple[ModelEntry, ...]
+    routed: bool  # False: one model takes every request (no models table)
+
+    def __post_init__(self) -> None:
+        if not self.entries:
+            raise ValueError("a catalog needs at least one model")
+
+    def __iter__(self) -> Iterator[ModelEntry]:
+        return iter(self.entries)
+
+    @property
+    def names(self) -> list[str]:
+        return [entry.name for entry in self.entries]
+
+    @property
+    def primary(self) -> ModelEntry:
+        """The first entry: the one the single-engine endpoints (/start, /stop, /restart, plugins) act on."""
+        return self.entries[0]
+
+    def get_named(self, requested: str) -> ModelEntry:
+        """The entry with this name or alias (without a models table: the one entry, by its name)."""
+        for entry in self.entries:
+            if requested == entry.name or requested in entry.aliases:
+                return entry
+        raise UnknownModel(requested, self.names)
+
+    def lookup(self, requested: str | None) -> ModelEntry:
+        """The entry a request's model name (or alias) selects."""
+        if not self.routed:
+            return self.primary
+        return self.get_named(requested)
+
+
+def build_catalog(settings: Settings, log: Callable[[str], None] = print,
+                  target: EngineTarget | None = None) -> Catalog:
+    """Resolve every model (building the embedded demo model once if an entry, or the single engine, needs it)."""
+    if not settings.models:
+        target = target or resolve_target(settings, log)
+        name = option_value(target.args, "--served-model-name") or target.model
+        return Catalog((ModelEntry(name, target, None),), routed=False)
+    embedded: list[EngineTarget] = []
+
+    def resolve(entry: ModelSettings) -> EngineTarget:
+        # engine.args (and the command line's arguments after `--`) go to every model's engine, before its own.
+        args = [*settings.engine.args, *entry.args]
+        if entry.model is None:  # the demo model: built (or found in the cache) once for every entry using it
+            if not embedded:
+                bare = settings.engine.model_copy(update={"model": None, "args": []})
+                embedded.append(resolve_target(settings.model_copy(update={"engine": bare}), log))
+            return replace(embedded[0], args=[*_without_name(embedded[0].args), *args])
+        engine = settings.engine.model_copy(update={"model": entry.model, "args": args})
+        return resolve_target(settings.model_copy(update={"engine": engine}), log)
+
+    entries = []
+    for name, entry in settings.models.items():
+        target = replace(resolve(entry), gpus=None if entry.gpus is None else tuple(entry.gpus),
+                         env_overrides=dict(entry.env))
+        target = replace(target, args=[*target.args, "--served-model-name", name, *entry.aliases])
+        entries.append(ModelEntry(name, target, None if entry.gpus is None else frozenset(entry.gpus),
+                                  tuple(entry.aliases), entry.ttl_s, entry.preload))
+    return Catalog(tuple(entries), routed=True)
+
+
+def _without_name(args: list[str]) -> list[str]:
+    """The embedded default's arguments less its served name: a table entry is served under its own names."""
+    out, skip = [], False
+    for part in args:
+        if skip:
+            skip = False
+            continue
+        if part == "--served-model-name":
+            skip = True
+            continue
+        if not part.startswith("--served-model-name="):
+            out.append(part)
+    return out

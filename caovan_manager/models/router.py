@@ -1,0 +1,62 @@
+"""The relay's Router over the configured models: the request's `model` (a name or an alias) picks the engine.
+
+Without a models table every request goes to the one engine, unread. With one, the daemon reads the model from the
+JSON body (or from the path of GET /v1/models/{id}); a request that names none goes to the first entry, as vLLM
+serves a request without a model with its first served name. GET /v1/models lists every configured model, loaded or
+not, with its state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from caovan_manager.proxy.routes import NoRoute, Route
+
+from .catalog import Catalog, UnknownModel
+from .slot import ModelSlot
+
+
+class ModelRouter:
+    def __init__(self, catalog: Catalog, slots: dict[str, ModelSlot]) -> None:
+        self.catalog = catalog
+        self.slots = slots
+        self.created = int(time.time())
+
+    def route(self, method: str, path: str, body: bytes, content_type: str) -> Route:
+        if not self.catalog.routed:
+            return self.slots[self.catalog.primary.name].route
+        if path == "models" and method == "GET":
+            raise NoRoute(200, self.listing())
+        if path.startswith("models/"):
+            return self._named(path[len("models/"):])
+        if not body or "json" not in content_type:
+            return self._named(None)
+        try:
+            document = json.loads(body)
+        except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+            raise NoRoute.error(400, f"the request body is not valid JSON ({exc}); the daemon reads its `model` "
+                                     f"to choose the engine", "BadRequestError") from None
+        model = document.get("model") if isinstance(document, dict) else None
+        if model is not None and not isinstance(model, str):
+            raise NoRoute.error(400, f"`model` must be a string naming one of: {', '.join(self.catalog.names)}",
+                                "BadRequestError", "model")
+        return self._named(model)
+
+    def _named(self, model: str | None) -> Route:
+        if model is None:
+            return self.slots[self.catalog.primary.name].route
+        try:
+            return self.slots[self.catalog.lookup(model).name].route
+        except UnknownModel as exc:
+            raise NoRoute.error(404, str(exc), "NotFoundError", "model") from None
+
+    def listing(self) -> dict:
+        """OpenAI's model list, each entry with its state, aliases and GPUs (extra fields clients ignore)."""
+        data = []
+        for entry in self.catalog:
+            machine = self.slots[entry.name].machine
+            data.append({"id": entry.name, "object": "model", "created": self.created, "owned_by": "caovan",
+                         "state": machine.state.value, "aliases": list(entry.aliases),
+                         "gpus": None if entry.gpus is None else sorted(entry.gpus)})
+        return {"object": "list", "data": data}

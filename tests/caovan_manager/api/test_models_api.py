@@ -1,0 +1,84 @@
+"""The models table through the daemon's HTTP surface, engines not started: routing by name and alias, the
+OpenAI-style 404 and 400, /v1/models, /models, /status's rows, the admin key, and the model label of the metrics."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from caovan_manager.api.app import create_app
+from caovan_manager.config import ConfigError, load_settings
+
+ADMIN = "adm-models-secret"
+MODELS = {
+    "coder": {"model": "/models/none-coder", "gpus": [0], "aliases": ["code"], "ttl_s": 300},
+    "chat": {"model": "/models/none-chat", "gpus": [0, 1], "args": ["--api-key", "engine-key-3391"]},
+    "embed": {"model": "/models/none-embed", "gpus": [1]},
+}
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = load_settings(state_dir=str(tmp_path), models=MODELS, security={"admin_keys": [ADMIN]})
+    with TestClient(create_app(settings, autostart=False)) as test_client:
+        yield test_client
+
+
+def test_v1_models_lists_every_configured_model_with_its_state(client):
+    listing = client.get("/v1/models").json()
+    assert [(m["id"], m["state"], m["aliases"], m["gpus"]) for m in listing["data"]] == [
+        ("coder", "stopped", ["code"], [0]), ("chat", "stopped", [], [0, 1]), ("embed", "stopped", [], [1])]
+    assert all(m["object"] == "model" for m in listing["data"]) and listing["object"] == "list"
+
+
+def test_an_unknown_model_gets_an_openai_style_404_naming_the_configured_ones(client):
+    response = client.post("/v1/chat/completions", json={"model": "gpt-4", "messages": []})
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["type"] == "NotFoundError" and error["param"] == "model" and error["code"] == 404
+    assert "'gpt-4'" in error["message"] and "coder, chat, embed" in error["message"]
+    assert client.get("/v1/models/nope").status_code == 404
+
+
+def test_a_body_without_readable_json_or_with_a_non_string_model_gets_a_400(client):
+    bad = client.post("/v1/completions", content=b"{not json", headers={"content-type": "application/json"})
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]["message"]
+    wrong = client.post("/v1/completions", json={"model": 7, "prompt": "x"})
+    assert wrong.status_code == 400 and wrong.json()["error"]["param"] == "model"
+
+
+def test_status_and_models_show_every_model_and_hide_engine_keys(client):
+    status = client.get("/status")
+    assert [row["name"] for row in status.json()["models"]] == ["coder", "chat", "embed"]
+    assert "engine-key-3391" not in status.text
+    models = client.get("/models").json()
+    assert models["routed"] is True and models["fairness_s"] == 60
+    coder = models["models"][0]
+    assert coder["gpus"] == [0] and coder["ttl_s"] == 300 and coder["state"] == "stopped" and coder["swaps"] == 0
+    assert coder["proxy"]["gate"] == "idle"  # stopped, loads on demand
+
+
+def test_load_and_unload_need_the_admin_key_and_a_known_model(client):
+    assert client.post("/models/coder/load").status_code == 401
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    assert client.post("/models/nope/load", headers=admin).status_code == 404
+    unloaded = client.post("/models/code/unload", headers=admin)  # by alias
+    assert unloaded.status_code == 202 and unloaded.json()["message"] == "coder is not loaded"
+
+
+def test_engine_series_carry_the_model_name(client):
+    page = client.get("/metrics").text
+    for name in ("coder", "chat", "embed"):
+        assert f'caovan_engine_up{{model="{name}"}} 0.0' in page
+        assert f'caovan_model_swaps_total{{model="{name}"}} 0.0' in page
+
+
+def test_the_models_table_is_checked_at_start(tmp_path):
+    with pytest.raises(ConfigError, match="already used by models.coder"):
+        load_settings(state_dir=str(tmp_path), models={"coder": {"aliases": ["x"]}, "x": {}})
+    with pytest.raises(ConfigError, match="served-model-name is set by the daemon"):
+        load_settings(state_dir=str(tmp_path), models={"a": {"args": ["--served-model-name", "b"]}})
+    with pytest.raises(ConfigError, match="engine.model and a models table"):
+        load_settings(state_dir=str(tmp_path), engine={"model": "/m"}, models={"a": {}})
+    with pytest.raises(ConfigError, match="a model name uses letters"):
+        load_settings(state_dir=str(tmp_path), models={"bad name": {}})

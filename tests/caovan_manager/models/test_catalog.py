@@ -1,0 +1,46 @@
+"""The models table resolved: names and aliases, each engine's served names, GPUs and environment."""
+
+from __future__ import annotations
+
+import pytest
+
+from caovan_manager.config import load_settings
+from caovan_manager.engine.launch import EngineTarget, build_launch
+from caovan_manager.models.catalog import UnknownModel, build_catalog
+
+
+def test_without_a_table_one_model_takes_every_request(tmp_path):
+    settings = load_settings(state_dir=str(tmp_path))
+    catalog = build_catalog(settings, target=EngineTarget("/m/qwen", ["--served-model-name", "qwen", "-tp", "2"]))
+    assert not catalog.routed and catalog.names == ["qwen"]
+    assert catalog.lookup("anything").name == "qwen" and catalog.lookup(None).name == "qwen"
+    unnamed = build_catalog(settings, target=EngineTarget("/m/plain", []))
+    assert unnamed.names == ["/m/plain"]  # vLLM's own served name: the model argument
+
+
+def test_a_table_routes_by_name_and_alias_and_names_each_engine(tmp_path):
+    settings = load_settings(state_dir=str(tmp_path), engine={"args": ["--enforce-eager"]}, models={
+        "coder": {"model": "org/coder-7b", "gpus": [0], "aliases": ["code", "c"], "args": ["--max-model-len", "8192"],
+                  "env": {"VLLM_LOGGING_LEVEL": "DEBUG"}},
+        "chat": {"model": "org/chat-27b"}})
+    catalog = build_catalog(settings)
+    assert catalog.routed and catalog.names == ["coder", "chat"] and catalog.primary.name == "coder"
+    coder = catalog.lookup("code")
+    assert coder.name == "coder" and catalog.lookup("c") is coder
+    assert coder.target.args == ["--enforce-eager", "--max-model-len", "8192", "--served-model-name", "coder", "code",
+                                 "c"]
+    with pytest.raises(UnknownModel, match="'gpt' is not served here; the configured models are: coder, chat"):
+        catalog.lookup("gpt")
+    spec = build_launch(settings, coder.target, 8100, tmp_path, None)
+    assert spec.env["CUDA_VISIBLE_DEVICES"] == "0" and spec.env["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    chat_spec = build_launch(settings, catalog.get_named("chat").target, 8101, tmp_path, None)
+    assert "VLLM_LOGGING_LEVEL" not in chat_spec.env or chat_spec.env["VLLM_LOGGING_LEVEL"] != "DEBUG"
+
+
+@pytest.mark.parametrize("first,second,shared", [
+    ([0], [0], True), ([0], [1], False), ([0, 1], [1], True), (None, [1], True), (None, None, True)])
+def test_models_share_a_gpu_when_their_lists_meet_or_one_takes_all(tmp_path, first, second, shared):
+    settings = load_settings(state_dir=str(tmp_path), models={
+        "x": {"model": "/m/x", "gpus": first}, "y": {"model": "/m/y", "gpus": second}})
+    x, y = build_catalog(settings)
+    assert x.overlaps(y) is shared and y.overlaps(x) is shared
