@@ -205,6 +205,9 @@ class Settings(BaseSettings):
         if self.models and self.engine.model:
             raise ValueError("engine.model and a models table were both given; name the model in the table (or "
                              "drop the table to serve engine.model alone)")
+        if self.models and self.engine.port:
+            raise ValueError(f"engine.port = {self.engine.port} with a models table: every engine would take that "
+                             f"port; leave engine.port at 0 (a free port for each engine)")
         seen: dict[str, str] = {}
         for name, entry in self.models.items():
             if not MODEL_NAME.fullmatch(name):

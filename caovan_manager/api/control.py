@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from caovan_manager.models.placement import Load, Unload
-from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, StopCommand
+from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, State, StopCommand
 
 from .schemas import UNAUTHORIZED, ControlResult
 from .security import require_admin
@@ -27,10 +27,12 @@ class ControlRequest(BaseModel):
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
     command = daemon.masker.deep(command)  # its reason is recorded and shown
-    if daemon.routed and isinstance(command, (StartCommand, StopCommand)):
-        # With several models, what runs where is placement's decision: a start may have to stop a model that
-        # shares the primary's GPUs.
-        message = (Load if isinstance(command, StartCommand) else Unload)(daemon.catalog.primary.name, command.reason)
+    # With several models, what runs where is placement's decision: a start (or a restart of a stopped engine) may
+    # have to stop a model that shares the primary's GPUs.
+    starts = isinstance(command, StartCommand) or (
+        isinstance(command, RestartCommand) and daemon.machine.state in (State.STOPPED, State.FAILED))
+    if daemon.routed and (starts or isinstance(command, StopCommand)):
+        message = (Load if starts else Unload)(daemon.catalog.primary.name, command.reason)
         outcome = await daemon.placement.command(message)
     else:
         outcome = await daemon.supervisor.command(command)

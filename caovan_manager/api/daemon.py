@@ -18,7 +18,7 @@ import caovan_kernels
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.engine.launch import EngineTarget
-from caovan_manager.engine.process import kill_orphaned_engine
+from caovan_manager.engine.process import EXIT_WAIT_S, SIGKILL_WAIT_S, kill_orphaned_engine
 from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
@@ -157,7 +157,9 @@ class Daemon:
     async def _stop_slot(self, slot: ModelSlot) -> None:
         await slot.supervisor.command(StopCommand("daemon shutting down"))
         sup = self.settings.supervisor
-        budget = min(sup.drain_timeout_s, 10) + sup.stop_grace_s + sup.gpu_release_timeout_s + 20
+        # The drain (bounded at shutdown), SIGTERM's grace, SIGKILL and a slow exit, the GPU release, a margin.
+        budget = (min(sup.drain_timeout_s, 10) + sup.stop_grace_s + SIGKILL_WAIT_S + EXIT_WAIT_S
+                  + sup.gpu_release_timeout_s + 20)
         stopped = await slot.supervisor.wait_for(lambda m: m.state in (State.STOPPED, State.FAILED), budget)
         if not stopped:
             logger.error("the engine of %s did not stop within %.0f s; killing its process groups", slot.name, budget)

@@ -19,7 +19,7 @@ class UnknownModel(LookupError):
     """A request named a model that is not configured; the message lists the ones that are."""
 
     def __init__(self, name: str | None, known: list[str]) -> None:
-        what = f"the model {name!r} is not served here" if name else "the request names no model"
+        what = f"the model {name!r} is not served here" if name is not None else "the request names no model"
         super().__init__(f"{what}; the configured models are: {', '.join(known)} (GET /v1/models lists them)")
         self.name = name
 
@@ -31,7 +31,7 @@ class ModelEntry:
     gpus: frozenset[int] | None  # None: every GPU
     aliases: tuple[str, ...] = ()
     ttl_s: float = 0.0
-    preload: bool = True
+    preload: bool = True  # the single engine starts with the daemon; a table entry says (its default: False)
 
     def overlaps(self, other: ModelEntry) -> bool:
         """Whether the two engines would share a GPU (an entry without a GPU list takes them all)."""

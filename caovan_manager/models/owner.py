@@ -73,7 +73,8 @@ class PlacementOwner:
         self.effects = SlotEffects(slots, self.post, events)
         self.placement = Placement(catalog, self.effects, swap.fairness_s, swap.idle_s, time.monotonic)
         for name, slot in slots.items():
-            slot.supervisor.state_callbacks.append(lambda state, reason, name=name: self.post(Changed(name, state)))
+            slot.supervisor.state_callbacks.append(
+                lambda state, reason, name=name, slot=slot: self.post(Changed(name, state, slot.machine.leftovers)))
             slot.gate.on_demand = lambda name=name: self.post(Demand(name))
             slot.gate.on_pending = lambda count, name=name: self.post(Pending(name, count))
 

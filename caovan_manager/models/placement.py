@@ -43,6 +43,7 @@ class Demand:
 class Changed:
     model: str
     state: State
+    holds_gpus: bool = False  # failed with processes that survived SIGKILL: its GPUs are not free
 
 
 @dataclass(frozen=True)
@@ -114,13 +115,14 @@ class Slot:
     last_used: float = 0.0  # the latest request's start or end, or the latest ready: the idle ttl runs from here
     last_request: float | None = None  # the latest request's start or end
     ready_since: float | None = None  # the start of its turn on its GPUs
+    stuck: bool = False  # failed with processes left behind: it keeps its GPUs until it is started again
     swaps_in: int = 0
     evicted_for_it: tuple[str, ...] = ()  # the models stopped to make room for its current start
     swap_from: float | None = None  # when the first of those was stopped: the swap's duration runs from here
 
     @property
     def occupying(self) -> bool:
-        return self.wanted or self.state in OCCUPYING
+        return self.wanted or self.stuck or self.state in OCCUPYING
 
 
 class Placement:
@@ -162,6 +164,9 @@ class Placement:
     def _on_Changed(self, msg: Changed) -> None:
         slot = self.slots[msg.model]
         slot.state = msg.state
+        slot.stuck = msg.state is State.FAILED and msg.holds_gpus
+        if msg.state is not State.READY:
+            slot.ready_since = None  # its turn ended; a restart's load is protected as a load
         if msg.state is State.READY:
             if slot.evicted_for_it:
                 slot.swaps_in += 1
@@ -172,8 +177,9 @@ class Placement:
             slot.last_used = slot.ready_since = self.clock()
             self._arm_ttl(slot)
         elif msg.state in (State.STOPPED, State.FAILED):
-            # Stopped by us, by an admin, or given up on: its GPUs are free. A failed model's waiters got a 503.
-            slot.wanted, slot.ready_since = False, None
+            # Stopped by us, by an admin, or given up on: its GPUs are free (unless processes were left behind). A
+            # failed model's waiters got a 503.
+            slot.wanted = False
             slot.evicted_for_it, slot.swap_from = (), None
             if msg.state is State.FAILED:
                 slot.waiting_since = None
@@ -184,8 +190,9 @@ class Placement:
         slot.last_used = slot.last_request = self.clock()
         self.fx.used(msg.model)
         if msg.count == 0:
-            if slot.state is not State.READY:
-                slot.waiting_since = None  # its waiters gave up or were refused: nobody needs it loaded now
+            if slot.state is not State.READY and not slot.occupying:
+                # Its waiters gave up or were refused: nobody needs it loaded now, nor the room made for it.
+                slot.waiting_since, slot.evicted_for_it, slot.swap_from = None, (), None
             self._arm_ttl(slot)
 
     def _on_TtlElapsed(self, msg: TtlElapsed) -> None:
@@ -204,10 +211,13 @@ class Placement:
 
     def _on_Load(self, msg: Load) -> Outcome:
         slot = self.slots[msg.model]
-        if slot.state is State.READY:
+        if slot.wanted and slot.state is State.READY:
             return Outcome(True, f"{msg.model} is already loaded")
-        if slot.wanted:
+        if slot.state in (State.STARTING, State.BACKOFF) or (slot.wanted and slot.state is State.STOPPED):
             return Outcome(True, f"{msg.model} is loading ({slot.state.value})")
+        if slot.occupying and not slot.stuck:  # being stopped (swapped out, unloaded): loaded again once stopped
+            slot.load_requested = True
+            return Outcome(True, f"{msg.model} is being stopped ({slot.state.value}); it loads again once stopped")
         blockers = self._blockers(slot)
         if not blockers:
             self._start(slot, msg.reason)
@@ -220,11 +230,14 @@ class Placement:
 
     def _on_Unload(self, msg: Unload) -> Outcome:
         slot = self.slots[msg.model]
+        slot.waiting_since, slot.load_requested = None, False
         if not slot.occupying:
             return Outcome(True, f"{msg.model} is not loaded")
-        slot.waiting_since, slot.load_requested = None, False
+        if slot.state in (State.DRAINING, State.STOPPING) and not slot.wanted:
+            return Outcome(True, f"{msg.model} is already being stopped ({slot.state.value})")
         self._stop(slot, msg.reason)
-        return Outcome(True, f"draining {msg.model}, then stopping it; its next request loads it again")
+        return Outcome(True, f"draining {msg.model}, then stopping it; requests for it load it again (those "
+                             f"queued now, at once)")
 
     # The decision -----------------------------------------------------------------------------------------------------
 
@@ -259,8 +272,10 @@ class Placement:
         while it loads, and once ready, while it is busy (requests pending, or its last one ended less than idle_s
         ago), for at most its turn of fairness_s."""
         if holder.ready_since is None:
-            # Loading, or retrying a failed load: protected until it reports ready, stopped or failed.
-            return float("inf") if holder.state in (State.STOPPED, State.STARTING, State.BACKOFF) else 0.0
+            # Loading (or its start sent and not yet begun), or retrying a failed load: protected until it reports.
+            loading = holder.state in (State.STARTING, State.BACKOFF) or (
+                holder.wanted and holder.state in (State.STOPPED, State.FAILED))
+            return float("inf") if loading else 0.0
         turn_left = self.fairness_s - (now - holder.ready_since)
         if turn_left <= 0:
             return 0.0

@@ -1,9 +1,9 @@
 """The relay's Router over the configured models: the request's `model` (a name or an alias) picks the engine.
 
 Without a models table every request goes to the one engine, unread. With one, the daemon reads the model from the
-JSON body (or from the path of GET /v1/models/{id}); a request that names none goes to the first entry, as vLLM
-serves a request without a model with its first served name. GET /v1/models lists every configured model, loaded or
-not, with its state.
+JSON body; a request that names none goes to the first entry, as vLLM serves a request without a model with its first
+served name. GET /v1/models lists every configured model, loaded or not, with its state, and GET /v1/models/{id}
+shows one: both are answered by the daemon, so looking a model up never loads it.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ class ModelRouter:
             return self.slots[self.catalog.primary.name].route
         if path == "models" and method == "GET":
             raise NoRoute(200, self.listing())
-        if path.startswith("models/"):
-            return self._named(path[len("models/"):])
+        if path.startswith("models/") and method == "GET":  # one model's card: answered here, loading nothing
+            return self._card(path[len("models/"):])
         if not body or "json" not in content_type:
             return self._named(None)
         try:
@@ -50,6 +50,13 @@ class ModelRouter:
             return self.slots[self.catalog.lookup(model).name].route
         except UnknownModel as exc:
             raise NoRoute.error(404, str(exc), "NotFoundError", "model") from None
+
+    def _card(self, model: str) -> Route:
+        try:
+            name = self.catalog.get_named(model).name
+        except UnknownModel as exc:
+            raise NoRoute.error(404, str(exc), "NotFoundError", "model") from None
+        raise NoRoute(200, next(card for card in self.listing()["data"] if card["id"] == name))
 
     def listing(self) -> dict:
         """OpenAI's model list, each entry with its state, aliases and GPUs (extra fields clients ignore)."""

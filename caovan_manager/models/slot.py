@@ -50,7 +50,8 @@ class ModelSlot:
                                      plugins.site_dir, self.metrics, events, masker)
         self.supervisor.attach(Machine(self.effects, settings.supervisor, settings.plugins, time.monotonic,
                                        bundled_version=bundled_version, plugin=plugin, run_ids=run_ids,
-                                       on_demand=routed))
+                                       on_demand=routed,
+                                       start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start"))
         self.route = Route(entry.name, self.gate, self.effects.engine_headers)
 
     @property

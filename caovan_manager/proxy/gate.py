@@ -117,6 +117,8 @@ class Gate:
             return self.upstream
         if self.mode == "reject":
             raise Unavailable(self.reason, self.retry_after_s)
+        if self.mode == "idle" and self.waiting >= self.queue_size:
+            self.on_demand()  # refused for now (the queue is full, or has no room at all), but wanted: load it
         if self.waiting >= self.queue_size:
             raise Unavailable(f"{self.reason}, and the queue of waiting requests is full ({self.queue_size}, "
                               f"proxy.queue_size); retry later", self.retry_after_s)

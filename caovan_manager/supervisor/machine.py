@@ -131,6 +131,7 @@ class Machine:
         plugin: PluginChoice | None = None,
         run_ids: Callable[[], int] | None = None,
         on_demand: bool = False,
+        start_hint: str = "POST /start",
     ) -> None:
         self.fx = effects
         self.settings = settings
@@ -154,6 +155,8 @@ class Machine:
         # On demand (a models table): a stopped engine's gate keeps requests waiting and asks for the model to be
         # loaded; otherwise it answers them with a 503 until POST /start.
         self.on_demand = on_demand
+        self.start_hint = start_hint  # how an admin starts this engine again (named in failure messages)
+        self.leftovers = False  # processes of the last run survived SIGKILL: its GPUs are not free
         self._failure_cause = "crash"
         self.hang = HangDetector(settings.hang_timeout_s)
 
@@ -285,9 +288,11 @@ class Machine:
         if not (self._current(msg.run_id) and self.state is State.STOPPING):
             return
         self.fx.record_run_end(msg.run_id, self.run.returncode, self.reason)
+        self.leftovers = bool(msg.leftovers)
         if msg.leftovers:
             self._fail(f"processes of the engine survived SIGKILL: {'; '.join(msg.leftovers)}. A new engine is not "
-                       f"started beside them; end them (or reboot if they are stuck in the driver), then POST /start")
+                       f"started beside them; end them (or reboot if they are stuck in the driver), then "
+                       f"{self.start_hint}")
             return
         if self.after_stop == "stop":
             self._enter(State.STOPPED, self.reason)
@@ -429,7 +434,8 @@ class Machine:
         self.failures += 1
         if self.failures > self.settings.max_restarts:
             self._fail(f"{self.reason}; gave up after {self.failures} consecutive failures "
-                       f"(supervisor.max_restarts = {self.settings.max_restarts}). Fix the cause, then POST /start")
+                       f"(supervisor.max_restarts = {self.settings.max_restarts}). Fix the cause, then "
+                       f"{self.start_hint}")
             return
         delay = min(self.settings.backoff_initial_s * 2 ** (self.failures - 1), self.settings.backoff_max_s)
         self._note_restart(self._failure_cause, self.reason)

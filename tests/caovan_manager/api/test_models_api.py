@@ -31,6 +31,22 @@ def test_v1_models_lists_every_configured_model_with_its_state(client):
     assert all(m["object"] == "model" for m in listing["data"]) and listing["object"] == "list"
 
 
+def test_one_model_is_looked_up_without_loading_it(client):
+    card = client.get("/v1/models/code")  # by alias
+    assert card.status_code == 200 and card.json()["id"] == "coder" and card.json()["state"] == "stopped"
+    assert client.get("/models").json()["models"][0]["proxy"]["queued"] == 0
+    empty = client.post("/v1/completions", json={"model": "", "prompt": "x"})
+    assert empty.status_code == 404 and "the model '' is not served here" in empty.json()["error"]["message"]
+
+
+def test_a_restart_of_the_stopped_primary_is_a_load_placement_decides(client):
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    restarted = client.post("/restart", headers=admin)
+    assert restarted.status_code == 202 and restarted.json()["message"] == "loading coder", restarted.json()
+    again = client.post("/models/coder/load", headers=admin)
+    assert again.status_code == 202 and again.json()["message"].startswith("coder is loading")
+
+
 def test_an_unknown_model_gets_an_openai_style_404_naming_the_configured_ones(client):
     response = client.post("/v1/chat/completions", json={"model": "gpt-4", "messages": []})
     assert response.status_code == 404
@@ -80,5 +96,7 @@ def test_the_models_table_is_checked_at_start(tmp_path):
         load_settings(state_dir=str(tmp_path), models={"a": {"args": ["--served-model-name", "b"]}})
     with pytest.raises(ConfigError, match="engine.model and a models table"):
         load_settings(state_dir=str(tmp_path), engine={"model": "/m"}, models={"a": {}})
+    with pytest.raises(ConfigError, match="every engine would take that port"):
+        load_settings(state_dir=str(tmp_path), engine={"port": 8001}, models={"a": {}})
     with pytest.raises(ConfigError, match="a model name uses letters"):
         load_settings(state_dir=str(tmp_path), models={"bad name": {}})

@@ -281,3 +281,59 @@ def test_preload_starts_in_order_and_skips_a_model_sharing_gpus():
     outcome = p.handle(Preload())
     assert fx.take() == [("start", "a"), ("start", "c")]
     assert not outcome.accepted and outcome.message.endswith("(their first request loads them): b")
+
+
+def test_a_load_while_the_model_is_being_stopped_starts_it_once_stopped():
+    p, fx, _ = machine(entry("a", {0}), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    fx.take()  # a is being swapped out for b
+    outcome = p.handle(Load("a"))
+    assert "loads again once stopped" in outcome.message and fx.take() == []
+    run_down(p, "a")
+    assert fx.take() == [("start", "a")]  # the admin's load goes before b's waiting requests
+    assert p.handle(Unload("b")).message == "b is not loaded"
+    assert p.slots["b"].waiting_since is None and not p.slots["b"].load_requested
+
+
+def test_a_model_failed_with_processes_left_keeps_its_gpus():
+    p, fx, _ = machine(entry("a", {0}), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    fx.take()
+    p.handle(Changed("a", State.STOPPING))
+    p.handle(Changed("a", State.FAILED, holds_gpus=True))  # survived SIGKILL: nothing may start beside it
+    p.handle(Demand("b"))
+    assert fx.take() == []
+    p.handle(Load("a"))  # the admin ended them and loads it again
+    assert fx.take() == [("start", "a")]
+
+
+def test_a_crashed_model_restarting_keeps_its_gpus_while_it_loads():
+    p, fx, clock = machine(entry("a", {0}), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    clock.now += FAIRNESS_S * 2  # its turn is long over
+    fx.pending_counts["a"] = 1
+    for state in (State.STOPPING, State.BACKOFF, State.STARTING):  # a crash, the supervisor restarting it
+        p.handle(Changed("a", state))
+    fx.take()
+    p.handle(Demand("b"))
+    assert fx.take() == []  # loading again: protected until it reports ready
+    assert p.slots["a"].ready_since is None
+
+
+def test_waiters_that_gave_up_leave_no_swap_to_count():
+    p, fx, _ = machine(entry("a", {0}), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    run_down(p, "a")  # swapped out for b ...
+    assert fx.take()[-1] == ("start", "b")
+    p.handle(Changed("b", State.STARTING))
+    p.handle(Changed("b", State.FAILED))  # ... which failed; its waiters were refused
+    p.handle(Pending("b", 0))
+    p.handle(Load("b"))
+    run_up(p, "b")
+    assert [c for c in fx.take() if c[0] == "swapped_in"] == []  # a plain start, not a swap

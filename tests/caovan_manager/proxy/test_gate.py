@@ -88,3 +88,36 @@ def test_one_deadline_bounds_every_try_of_a_request():
             await gate.enter(deadline)
         assert loop.time() - started < 0.2, "the second try waited a full queue_wait_s again"
     run(scenario())
+
+
+def test_an_idle_gate_asks_for_its_engine_and_reports_its_pending_requests():
+    async def scenario():
+        demands, pending = [], []
+        gate = Gate(queue_size=4, queue_wait_s=5, retry_after_s=3, on_demand=lambda: demands.append(1),
+                    on_pending=pending.append)
+        gate.idle()
+        assert demands == []  # nobody waits yet
+        waiters = [asyncio.create_task(gate.enter(gate.deadline())) for _ in range(2)]
+        await asyncio.sleep(0.05)
+        assert len(demands) == 2 and pending == [1] and gate.waiting == 2
+        gate.hold("draining")  # a swap begins: they keep waiting
+        gate.idle()  # stopped again with requests queued: it asks for the engine once more
+        assert len(demands) == 3
+        gate.open("http://127.0.0.1:9")
+        await asyncio.gather(*waiters)
+        assert pending == [1]  # waiting became in flight: still busy
+        gate.leave()
+        gate.leave()
+        assert pending == [1, 0]
+    run(scenario())
+
+
+def test_an_idle_gate_without_queue_room_refuses_but_still_asks_for_its_engine():
+    async def scenario():
+        demands = []
+        gate = Gate(queue_size=0, queue_wait_s=5, retry_after_s=3, on_demand=lambda: demands.append(1))
+        gate.idle()
+        with pytest.raises(Unavailable, match="queue of waiting requests is full"):
+            await gate.enter(gate.deadline())
+        assert demands == [1]  # the next request finds it loading, or loaded
+    run(scenario())

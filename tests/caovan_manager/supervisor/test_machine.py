@@ -283,8 +283,18 @@ def test_surviving_processes_mean_failed_not_a_second_engine(fx, clock):
     run_id = ready(m, fx)
     m.handle(Exited(run_id, -9))
     m.handle(StoppedGroup(run_id, leftovers=["pid 77 VLLM::EngineCore (status disk-sleep)"]))
-    assert m.state is State.FAILED and "VLLM::EngineCore" in m.reason
+    assert m.state is State.FAILED and "VLLM::EngineCore" in m.reason and m.reason.endswith("then POST /start")
+    assert m.leftovers  # placement keeps the model's GPUs taken
     assert "spawn" not in fx.names()
+
+
+def test_a_models_table_entry_names_its_own_load_in_failure_messages(fx, clock):
+    m = Machine(fx, SupervisorSettings(max_restarts=0), PluginSettings(), clock, bundled_version="0.1.0",
+                on_demand=True, start_hint="POST /models/coder/load")
+    run_id = ready(m, fx)
+    m.handle(Exited(run_id, 1))
+    m.handle(StoppedGroup(run_id))
+    assert m.state is State.FAILED and m.reason.endswith("then POST /models/coder/load") and not m.leftovers
 
 
 def test_log_samples_are_kept_for_status(fx, clock):
