@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from caovan_manager.models.placement import Load, Unload
-from caovan_manager.supervisor.messages import Command, RestartCommand, StartCommand, State, StopCommand
+from caovan_manager.supervisor.messages import Command, Outcome, RestartCommand, StartCommand, State, StopCommand
 
 from .schemas import UNAUTHORIZED, ControlResult
 from .security import require_admin
@@ -36,9 +36,13 @@ async def decide(request: Request, command: Command) -> JSONResponse:
         outcome = await daemon.placement.command(message)
     else:
         outcome = await daemon.supervisor.command(command)
+    return decision(daemon.machine.state.value, outcome)
+
+
+def decision(state: str, outcome: Outcome) -> JSONResponse:
+    """A decision as the API answers it: 202 accepted, 409 refused in the current state, 400 refused."""
     code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
-    return JSONResponse({"accepted": outcome.accepted, "message": outcome.message,
-                         "state": daemon.machine.state.value}, status_code=code)
+    return JSONResponse({"accepted": outcome.accepted, "message": outcome.message, "state": state}, status_code=code)
 
 
 @router.post("/start", summary="Start the engine (also out of `failed`)", **DECISION)

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from caovan_manager.models.catalog import UnknownModel
 from caovan_manager.models.placement import Load, Unload
 
+from .control import decision
 from .schemas import UNAUTHORIZED, ControlResult, ModelList, Problem
 from .security import require_admin
 from .status import model_documents
@@ -37,11 +38,6 @@ async def place(request: Request, name: str, message: type[Load] | type[Unload],
         raise HTTPException(404, detail=str(exc)) from None
     outcome = await daemon.placement.command(message(entry.name, reason))
     return decision(daemon.slots[entry.name].machine.state.value, outcome)
-
-
-def decision(state: str, outcome: Any) -> JSONResponse:
-    code = 202 if outcome.accepted else (409 if outcome.conflict else 400)
-    return JSONResponse({"accepted": outcome.accepted, "message": outcome.message, "state": state}, status_code=code)
 
 
 @router.post("/models/{name:path}/load", dependencies=[Depends(require_admin)],
