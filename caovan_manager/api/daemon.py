@@ -70,6 +70,10 @@ class Daemon:
     def primary(self) -> ModelSlot:
         return self.slots[self.catalog.primary.name]
 
+    def slot(self, model: str | None) -> ModelSlot:
+        """The slot of a model's name or alias (None: the primary); raises UnknownModel."""
+        return self.primary if model is None else self.slots[self.catalog.get_named(model).name]
+
     @property
     def supervisor(self) -> Supervisor:
         return self.primary.supervisor

@@ -21,11 +21,8 @@ MODEL = Query(None, max_length=128, description="A configured model's name or al
 
 
 def model_sink(request: Request, model: str | None) -> LogSink:
-    daemon = request.app.state.daemon
-    if model is None:
-        return daemon.sink
     try:
-        return daemon.slots[daemon.catalog.get_named(model).name].sink
+        return request.app.state.daemon.slot(model).sink
     except UnknownModel as exc:
         raise HTTPException(404, detail=str(exc)) from None
 

@@ -29,7 +29,7 @@ async def engine_metrics(request: Request, model: str | None = Query(
         None, max_length=128, description="A configured model's name or alias; none = the first model.")) -> Response:
     daemon = request.app.state.daemon
     try:
-        slot = daemon.slots[daemon.catalog.get_named(model).name] if model else daemon.primary
+        slot = daemon.slot(model or None)  # an empty ?model= meant the first model here
     except UnknownModel as exc:
         return Response(f"# {exc}\n", status_code=404, media_type="text/plain")
     upstream = slot.gate.upstream if slot.gate.mode == "open" else None

@@ -33,11 +33,11 @@ async def list_models(request: Request) -> dict[str, Any]:
 async def place(request: Request, name: str, message: type[Load] | type[Unload], reason: str) -> JSONResponse:
     daemon = request.app.state.daemon
     try:
-        entry = daemon.catalog.get_named(name)
+        slot = daemon.slot(name)
     except UnknownModel as exc:
         raise HTTPException(404, detail=str(exc)) from None
-    outcome = await daemon.placement.command(message(entry.name, reason))
-    return decision(daemon.slots[entry.name].machine.state.value, outcome)
+    outcome = await daemon.placement.command(message(slot.name, reason))
+    return decision(slot.machine.state.value, outcome)
 
 
 @router.post("/models/{name:path}/load", dependencies=[Depends(require_admin)],
