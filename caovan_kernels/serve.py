@@ -101,8 +101,16 @@ def main(argv: list[str] | None = None) -> None:
         print(f"caovan-vllm-serve: the first argument must be the model, got option {args[0]!r}\n\n{USAGE}",
               file=sys.stderr, end="")
         raise SystemExit(2)
-    command, env = prepare(args[0], args[1:], dict(os.environ))
+    command, env = launch(args[0], args[1:])
     os.execve(command[0], command, env)
+
+
+def launch(model: str, vllm_args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """prepare() for this process. The profile builds vLLM's EngineArgs, which loads the plugin here as well: this
+    process gets the plugin's settings from the arguments first, so the lines it logs (TensorCore75 on or off)
+    already say what the engine will do."""
+    os.environ.update(plugin_env(vllm_args, os.environ))
+    return prepare(model, vllm_args, dict(os.environ))
 
 
 def prepare(model: str, vllm_args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:

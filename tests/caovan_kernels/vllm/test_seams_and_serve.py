@@ -1,6 +1,7 @@
 """The GDN interface check against the installed vLLM, and the environment caovan-vllm-serve gives the engine."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,16 @@ def test_plugin_config_is_made_explicit_and_user_keys_win():
         assert merged[:2] == ["--port", "1"] and merged.count("--additional-config") == 1
         assert json.loads(merged[-1]) == {"caovan": True, "caovan_mode": "force", "caovan_turing_mma": "auto",
                                           "gdn_prefill_backend": "triton"}
+
+
+def test_the_wrapper_takes_the_plugin_settings_before_the_profile_loads_the_plugin(monkeypatch):
+    # Building vLLM's EngineArgs for the profile loads the plugin in the wrapper process too; seen on CUDA vLLM 0.21,
+    # a hook-off engine's log began with "TensorCore75 ACTIVE mode=auto" from the wrapper.
+    from caovan_kernels import serve
+
+    monkeypatch.delenv("CAOVAN_TURING_MMA", raising=False)
+    seen = {}
+    monkeypatch.setattr(serve, "prepare", lambda model, args, env: seen.update(
+        process=os.environ.get("CAOVAN_TURING_MMA"), env=env.get("CAOVAN_TURING_MMA")) or ([], env))
+    serve.launch("model", ["--additional-config", json.dumps({"caovan_turing_mma": "off"})])
+    assert seen == {"process": "off", "env": "off"}
