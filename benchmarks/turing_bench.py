@@ -1,12 +1,15 @@
 """The sm_75 code path on an NVIDIA GPU (the Turing proxy), with and without TensorCore75, against native code.
 
-    python benchmarks/turing_bench.py [--out FILE] [--quick]
+    python benchmarks/turing_bench.py [--out FILE] [--quick] [--only attention|gdn] [--work-dir DIR --paths P,..]
 
 Cases at Qwen3.6-27B's TP2 shapes in fp16: vLLM's unified attention (TRITON_ATTN backend) prefilling one sequence
 of 2k, 8k and 32k tokens (12 query heads, 2 KV heads, head_dim 256, vLLM's 784-token blocks for this model), and
-GDN prefill (H=8, HV=24, K=V=128) of 1x8k, 1x32k and 4x8k tokens through vLLM's chunk_gated_delta_rule and
-Caovan's GDNCore. Each path runs in its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's
-FMA lowering, sm_75 with TensorCore75. GPU time per call is the median over CUDA-graph replays (events around
+GDN prefill (H=8, HV=24, K=V=128) of 1x8k, 1x32k and 4x8k tokens through vLLM's chunk_gated_delta_rule, fla-core's
+(when `fla` imports: it is no dependency, put it on PYTHONPATH for the run) and Caovan's GDNCore. Each path runs in
+its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's FMA lowering, sm_75 with
+TensorCore75. `--paths` runs only some of them, keeping each one's result in `--work-dir`; the table is made once
+every path's result is there (the FMA path's compiles and autotuning of vLLM's GDN kernels can take longer than
+one sitting: run it apart, then again with `--paths ""`). GPU time per call is the median over CUDA-graph replays (events around
 eager calls where a graph cannot be captured). Only the ratios between columns carry over to a 2080 Ti.
 """
 
@@ -34,17 +37,33 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
 
     gen = torch.Generator().manual_seed(0)
     cases: dict[str, object] = {}
+    fla = fla_chunk_indices = None
+    if only != "attention":
+        try:
+            import fla.ops.gated_delta_rule as fla
+            from fla.ops.utils import prepare_chunk_indices as fla_chunk_indices
+        except Exception as exc:  # a peer that does not import is reported, not faked
+            print(f"fla-core not importable ({exc}); its rows are left out", file=sys.stderr)
     for n in () if only == "gdn" else ATTENTION_TOKENS[:2] if quick else ATTENTION_TOKENS:
         case = vk.AttentionCase(f"{n}", (n,), (0,), 256, block_size=vk.QWEN36_TP2_BLOCK)
         inputs = vk.attention_inputs(case, "cuda", gen)
         cases[f"attention prefill {n // 1024}k"] = lambda inputs=inputs: vk.run_unified_attention(inputs)
+    shapes = {}
     for name, lens in () if only == "attention" else list(GDN_LENS.items())[:1] if quick else GDN_LENS.items():
         p = vk.gdn_prefill_inputs(lens, "cuda", gen)
-        h0_kv = p.h0.transpose(-1, -2).contiguous()
-        cu32 = p.cu_seqlens.to(torch.int32)
-        cases[f"gdn prefill {name} vLLM"] = lambda p=p: vk.run_gdn_prefill(p)
+        shapes[name] = (p, p.h0.transpose(-1, -2).contiguous(), p.cu_seqlens.to(torch.int32))  # h0 as [K, V]
+    # GDNCore, fla-core, then vLLM: on the FMA path vLLM's autotuning takes longest, and a child stopped early
+    # keeps what it measured
+    for name, (p, h0_kv, cu32) in shapes.items():
         cases[f"gdn prefill {name} GDNCore"] = lambda p=p, h0=h0_kv, cu=cu32: gdn.chunk_gated_delta_rule(
             p.q, p.k, p.v, p.g, p.beta, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+    for name, (p, h0_kv, _) in shapes.items() if fla is not None else ():  # fla keeps [K, V] states too
+        chunks = fla_chunk_indices(p.cu_seqlens, 64)
+        cases[f"gdn prefill {name} fla-core"] = lambda p=p, h0=h0_kv, ci=chunks: fla.chunk_gated_delta_rule(
+            p.q, p.k, p.v, p.g, p.beta, initial_state=h0, output_final_state=True, cu_seqlens=p.cu_seqlens,
+            cu_seqlens_cpu=p.cu_seqlens.cpu(), chunk_indices=ci)
+    for name, (p, _, _) in shapes.items():
+        cases[f"gdn prefill {name} vLLM"] = lambda p=p: vk.run_gdn_prefill(p)
     return cases
 
 
@@ -60,9 +79,11 @@ def _child(path: str, quick: bool, only: str, out: Path) -> None:
         fn()  # compile and autotune outside the timing
         times[name] = gpu_time_us(fn, calls_per_graph=2, replays=5) / 1000.0
         print(f"  [{path}] {name}: {times[name]:.3f} ms", file=sys.stderr, flush=True)
-    counts = tensorcore75.process().counts()
-    out.write_text(json.dumps({"described": described, "ms": times, "retargeted": counts.retargeted,
-                               "kept": dict(counts.kept)}))
+        counts = tensorcore75.process().counts()
+        partial = out.with_suffix(".part")  # rewritten after each case, renamed whole
+        partial.write_text(json.dumps({"described": described, "ms": times, "retargeted": counts.retargeted,
+                                       "kept": dict(counts.kept)}))
+        partial.replace(out)
 
 
 def _attention_tflops(name: str, ms: float) -> str:
@@ -77,6 +98,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--quick", action="store_true", help="2k/8k attention and 1x8k GDN only")
     parser.add_argument("--only", choices=("all", "attention", "gdn"), default="all")
+    parser.add_argument("--paths", default="native,fma,mma", help="paths to run now (comma-separated)")
+    parser.add_argument("--work-dir", type=Path, help="keep each path's result here (default: a fresh folder)")
     opts = parser.parse_args()
     if opts.path:
         _child(opts.path, opts.quick, opts.only, opts.out)
@@ -88,29 +111,63 @@ def main() -> int:
 
     from caovan_kernels.turing import paths
 
-    tmp = Path(tempfile.mkdtemp(prefix="turing-bench-"))
+    work = opts.work_dir or Path(tempfile.mkdtemp(prefix="turing-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
     extra = (["--quick"] if opts.quick else []) + ["--only", opts.only]
-    runs = {p: paths.run_child(Path(__file__), p, extra, tmp / f"{p}.json", 1800) for p in paths.PATHS}
+    todo = [p for p in opts.paths.split(",") if p]
+    unknown = set(todo) - set(paths.PATHS)
+    if unknown:
+        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}; choose from {', '.join(paths.PATHS)}")
+    for p in todo:  # one after another: each path's timings must have the GPU to themselves
+        paths.run_child(Path(__file__), p, extra, work / f"{p}.json", 1800)
+    runs = {p: json.loads((work / f"{p}.json").read_text()) for p in paths.PATHS if (work / f"{p}.json").exists()}
+    if "native" not in runs:
+        print(f"no native result in {work}: every row is held to it; run --paths native --work-dir {work}")
+        return 1
     try:
         import vllm
 
         vllm_version = vllm.__version__
     except ImportError:
         vllm_version = "not importable"
+    missing = [p for p in paths.PATHS if p not in runs]
     lines = [
         f"## Turing proxy: sm_75 code path with and without TensorCore75 ({datetime.date.today().isoformat()})", "",
         f"{torch.cuda.get_device_name(0)}, vLLM {vllm_version}, torch {torch.__version__}, Triton {triton.__version__}."
-        " GPU ms per call (median of CUDA-graph replays); TFLOP/s for attention counts the causal half.", "",
+        " GPU ms per call (median of CUDA-graph replays); TFLOP/s for attention counts the causal half."
+        + (f" Not measured (-): {', '.join(missing)} path, or its cases that had not finished." if missing else ""),
+        "",
         "| case | native sm_90 | sm_75 FMA (Triton) | sm_75 mma (TensorCore75) | mma speed-up over FMA | mma / native |",
         "|---|---|---|---|---|---|",
     ]
+
+    def ms(path: str, name: str) -> float | None:
+        return runs.get(path, {}).get("ms", {}).get(name)
+
+    def cell(value: float | None, form: str = "{:.3f}") -> str:
+        return "-" if value is None else form.format(value)
+
     for name in runs["native"]["ms"]:
-        native, fma, mma = (runs[p]["ms"][name] for p in paths.PATHS)
-        tf = (f" ({_attention_tflops(name, native)} / {_attention_tflops(name, fma)} / {_attention_tflops(name, mma)}"
+        native, fma, mma = (ms(p, name) for p in paths.PATHS)
+        tf = (f" ({' / '.join('-' if t is None else _attention_tflops(name, t) for t in (native, fma, mma))}"
               " TFLOP/s)") if name.startswith("attention") else ""
-        lines.append(f"| {name}{tf} | {native:.3f} | {fma:.3f} | {mma:.3f} | {fma / mma:.2f}x | {mma / native:.2f}x |")
-    lines += ["", f"Kernels compiled on the mma path: {runs['mma']['retargeted']} retargeted, kept "
-              f"{runs['mma']['kept']}.", ""]
+        lines.append(f"| {name}{tf} | {cell(native)} | {cell(fma)} | {cell(mma)} | "
+                     f"{cell(fma / mma if fma and mma else None, '{:.2f}x')} | "
+                     f"{cell(mma / native if mma else None, '{:.2f}x')} |")
+    shapes = [n for n in GDN_LENS if f"gdn prefill {n} GDNCore" in runs["native"]["ms"]]
+    if shapes:
+        lines += ["", "GDN prefill, GDNCore against its peers on each path (peer time / GDNCore time: above 1 means "
+                  "GDNCore is faster):", "", "| shape | path | GDNCore ms | vLLM ms | fla-core ms | vs vLLM | vs fla-core |",
+                  "|---|---|---|---|---|---|---|"]
+        for shape in shapes:
+            for path in paths.PATHS:
+                ours, theirs, fla = (ms(path, f"gdn prefill {shape} {impl}") for impl in ("GDNCore", "vLLM", "fla-core"))
+                lines.append(f"| {shape} | {path} | {cell(ours)} | {cell(theirs)} | {cell(fla)} | "
+                             f"{cell(theirs / ours if ours and theirs else None, '{:.2f}x')} | "
+                             f"{cell(fla / ours if ours and fla else None, '{:.2f}x')} |")
+    if "mma" in runs:
+        lines += ["", f"Kernels compiled on the mma path: {runs['mma']['retargeted']} retargeted, kept "
+                  f"{runs['mma']['kept']}.", ""]
     report = "\n".join(lines)
     print(report)
     if opts.out:

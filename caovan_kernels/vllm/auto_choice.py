@@ -18,19 +18,20 @@ class Measured:
 
 
 # Measured 2026-12-01 on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16,
-# Qwen3.6-27B's GDN layer at TP2, GPU time per call. GDNCore's Turing MMA prefill form (fp16 operands under
-# TensorCore75) is newer than these figures: until it is measured, sm_75 with TensorCore75 keeps vLLM's kernels.
+# Qwen3.6-27B's GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is
+# 1x8192 / 1x32768 / 4x8192 tokens. Prefill decides: GDNCore's decode is faster on sm_75, but one runs with the other
+# (one layer class), and on a long prompt the prefill loss outweighs what decode steps gain.
 SM75_FMA = Measured(
-    "sm_75 with Triton's FMA dots", True,
-    "prefill 1x8192: GDNCore 4.79 ms, fla-core 16.3 ms, vLLM's kernels did not finish autotuning in 280 s; "
-    "decode B=2 T=4: 17.8 us vs vLLM's 51.9 us")
+    "sm_75 with Triton's FMA dots", False,
+    "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms, GDNCore 4.78 / 19.7 / 30.2 ms, fla-core 16.0 / 62.9 / 60.8 ms; "
+    "decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", False,
-    "prefill 1x8192: vLLM's kernels 1.14 ms on m16n8k8, GDNCore 4.79 ms (its FMA form; the Turing MMA form is "
-    "not measured yet)")
+    "prefill on m16n8k8: vLLM's kernels 0.94 / 3.81 / 2.74 ms, GDNCore's Turing MMA form 1.26 / 5.18 / 4.66 ms")
 SM90 = Measured(
     "sm_90", False,
-    "prefill 1x8192: vLLM's kernels 0.47 ms, GDNCore 0.77 ms; decode B=64 T=4: 157 us vs GDNCore's 187 us")
+    "prefill: vLLM's kernels 0.48 / 1.88 / 1.70 ms, GDNCore 0.72 / 2.79 / 2.43 ms; decode B=64 T=4: 157 us vs "
+    "GDNCore's 187 us")
 
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:

@@ -15,6 +15,14 @@ import torch
 # The root conftest sets TRITON_INTERPRET before anything imports triton; a run without it would test nothing real.
 assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "run the kernel tests through pytest"
 
+# CAOVAN_KERNEL_PATH=fma|mma runs them on a GPU's sm_75 code path (the Turing proxy, without or with TensorCore75:
+# caovan_kernels/turing/paths.py), where a 2080 Ti's kernels are the ones under test. Entered before any compile.
+if os.environ.get("CAOVAN_KERNEL_PATH"):
+    from caovan_kernels.turing import paths
+
+    assert torch.cuda.is_available(), "CAOVAN_KERNEL_PATH needs a CUDA GPU"
+    print(f"kernel tests on the {paths.enter(os.environ['CAOVAN_KERNEL_PATH'])} path")
+
 
 @pytest.fixture
 def device() -> torch.device:

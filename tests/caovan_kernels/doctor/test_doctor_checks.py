@@ -41,7 +41,7 @@ def test_auto_mode_says_where_gdncore_runs(report, monkeypatch):
     assert "stock vLLM GDN kernels on sm_90" in named["GDNCore in caovan_mode=auto on sm_90"].detail
     monkeypatch.setenv("CAOVAN_TURING_MMA", "off")
     named = _named(run_doctor(only=["gdn-auto"], inventory=gpus))
-    assert "GDNCore kernels on sm_75 with Triton's FMA dots" in named["GDNCore in caovan_mode=auto on sm_75"].detail
+    assert "stock vLLM GDN kernels on sm_75 with Triton's FMA dots" in named["GDNCore in caovan_mode=auto on sm_75"].detail
 
 
 def test_triton_on_sm75_really_compiles_to_fma(report):
