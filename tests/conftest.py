@@ -18,7 +18,6 @@ import pytest
 
 from caovan_manager import embedded
 from caovan_manager.demo import build
-from tests.support.background import Job, Jobs
 from tests.support.engine import Engine, start_engine, stop_engine
 
 
@@ -45,44 +44,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"random seed: {config.stash[SEED_KEY]} (replay with --hypothesis-seed={config.stash[SEED_KEY]})"
 
 
-# Compile and training work that needs no engine, run in the background (tests/support/background.py).
-_SURVEY = ("-m", "caovan_kernels.tensorcore75.survey", "--json", "{folder}/records.json")
-JOBS = Jobs({job.name: job for job in (
-    Job("qwen3_5-demo", ("-c", "from caovan_manager.demo import build; build(name='qwen3_5-awq')"),
-        ("tests/caovan_kernels/profile/test_profile_qwen3_5_demo.py", "tests/caovan_manager/demo/test_demo_qwen3_5.py")),
-    Job("sm75-fit", ("-m", "caovan_kernels.gdn.sm75_fit", "--json"), ("tests/sm75/test_sm75_fit.py",), compiles=True),
-    Job("survey-mma", (*_SURVEY, "--only", "attention,gdn,caovan", "--mode", "force"), ("tests/sm75/test_survey.py",),
-        compiles=True),
-    Job("survey-fma", (*_SURVEY, "--only", "attention,caovan", "--mode", "off"), ("tests/sm75/test_survey.py",),
-        compiles=True),
-)})
-
-
-def _file_of(item: pytest.Item) -> str:
-    return item.path.relative_to(Path(__file__).resolve().parents[1]).as_posix()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The readers of background jobs run last (in their own order), giving the jobs the whole session."""
-    readers = JOBS.readers()
-    items.sort(key=lambda item: _file_of(item) in readers)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if not session.config.option.collectonly:
-        JOBS.start({_file_of(item) for item in session.items})
-
-
-def pytest_sessionfinish() -> None:
-    JOBS.stop()
-
-
-@pytest.fixture(scope="session")
-def background() -> Jobs:
-    """The session's background jobs; `background.result(name)` waits for one."""
-    return JOBS
-
-
 @pytest.fixture(scope="session")
 def random_seed(pytestconfig: pytest.Config) -> int:
     """The run's seed, for tests that draw random inputs without hypothesis."""
@@ -107,8 +68,6 @@ def demo_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def qwen3_5_model_dir() -> Path:
     """The trained demo model in Qwen3.6-27B's architecture, bf16 (built once, then cached like the default)."""
-    if JOBS.started("qwen3_5-demo"):  # built in the background with its AWQ copy; then build() finds it in the cache
-        JOBS.result("qwen3_5-demo").check("building the Qwen3.5 demo model")
     return build(name="qwen3_5")
 
 

@@ -5,21 +5,42 @@ kept Triton's lowering and why, shared memory and spills from ptxas -v for sm_75
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
 from caovan_kernels.tensorcore75.survey import SM75_SHARED, Compiled, summary, table
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _surveys(tmp: Path, runs: dict[str, tuple[str, str]]) -> dict[str, list[Compiled]]:
+    """{name: (groups, mode)} -> {name: records}; the runs are separate processes, run side by side (compiling is
+    single-threaded, and each run's Triton driver is process-wide)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    started = {}
+    for name, (groups, mode) in runs.items():
+        out = tmp / f"{name}.json"
+        command = [sys.executable, "-m", "caovan_kernels.tensorcore75.survey", "--only", groups, "--mode", mode,
+                   "--json", str(out)]
+        started[name] = (subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                          env=env, cwd=ROOT), out)
+    records = {}
+    for name, (process, out) in started.items():
+        _, stderr = process.communicate(timeout=1200)
+        assert process.returncode == 0, f"survey {runs[name]} failed:\n{stderr[-4000:]}"
+        records[name] = [Compiled(**r) for r in json.loads(out.read_text())]
+    return records
+
 
 @pytest.fixture(scope="module")
-def surveyed(background) -> dict[str, list[Compiled]]:
-    """Two survey runs, in the background from the session's start (tests/conftest.py): with TensorCore75 forced
-    on every group, and Triton's own lowering for attention and GDNCore."""
-    runs = {}
-    for name in ("mma", "fma"):
-        done = background.result(f"survey-{name}").check(f"the {name} survey")
-        runs[name] = [Compiled(**r) for r in json.loads((done.folder / "records.json").read_text())]
+def surveyed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[Compiled]]:
+    runs = _surveys(tmp_path_factory.mktemp("survey"),
+                    {"mma": ("attention,gdn,caovan", "force"), "fma": ("attention,caovan", "off")})
     print("\nWith TensorCore75 (sm_75, 2080 Ti launch limits):\n" + table(summary(runs["mma"])))
     print("\nTriton's own sm_75 lowering (attention, GDNCore):\n" + table(summary(runs["fma"])))
     return runs

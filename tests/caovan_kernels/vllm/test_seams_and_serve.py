@@ -81,7 +81,9 @@ def test_the_wrapper_takes_the_plugin_settings_before_the_profile_loads_the_plug
     # a hook-off engine's log began with "TensorCore75 ACTIVE mode=auto" from the wrapper.
     from caovan_kernels import serve
 
-    monkeypatch.delenv("CAOVAN_TURING_MMA", raising=False)
+    # launch() writes to os.environ: setenv records the variable's state so it is restored after the test (a
+    # delenv of an absent variable records nothing, and the off mode leaked into the session's engines)
+    monkeypatch.setenv("CAOVAN_TURING_MMA", "auto")
     seen = {}
     monkeypatch.setattr(serve, "prepare", lambda model, args, env: seen.update(
         process=os.environ.get("CAOVAN_TURING_MMA"), env=env.get("CAOVAN_TURING_MMA")) or ([], env))
