@@ -114,10 +114,10 @@ def main() -> int:
     work = opts.work_dir or Path(tempfile.mkdtemp(prefix="turing-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     extra = (["--quick"] if opts.quick else []) + ["--only", opts.only]
-    todo = [p for p in opts.paths.split(",") if p]
-    unknown = set(todo) - set(paths.PATHS)
-    if unknown:
-        parser.error(f"unknown path(s) {', '.join(sorted(unknown))}; choose from {', '.join(paths.PATHS)}")
+    try:
+        todo = paths.chosen(opts.paths)
+    except ValueError as exc:
+        parser.error(str(exc))
     for p in todo:  # one after another: each path's timings must have the GPU to themselves
         paths.run_child(Path(__file__), p, extra, work / f"{p}.json", 1800)
     runs = {p: json.loads((work / f"{p}.json").read_text()) for p in paths.PATHS if (work / f"{p}.json").exists()}

@@ -146,8 +146,6 @@ def _gdn_errors(outs: dict[str, dict], seed: int) -> list[dict]:
 
 
 def _int8_row(outs: dict[str, dict], seed: int) -> dict:
-    import torch
-
     a, b = _int8_operands(seed)
     exact = a.int() @ b.int()
     mismatches = {p: int((outs[p]["int8 matmul"] != exact).sum()) for p in ("native", "mma")}
@@ -170,12 +168,15 @@ def main() -> int:
         return 0
     from caovan_kernels.turing import paths
 
+    try:
+        todo = paths.chosen(opts.paths)
+    except ValueError as exc:
+        parser.error(str(exc))
     print(f"seed={seed} (replay: --seed {seed})", flush=True)
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     from concurrent.futures import ThreadPoolExecutor
 
     # the three paths at once: correctness only here, and each child spends most of its time compiling on the CPU
-    todo = [p for p in opts.paths.split(",") if p]
     with ThreadPoolExecutor(max(1, len(todo))) as pool:
         futures = [pool.submit(paths.run_child, Path(__file__), path, ["--seed", str(seed)],
                                opts.out_dir / f"{path}.json", 1800) for path in todo]

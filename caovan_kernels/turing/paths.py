@@ -37,6 +37,15 @@ def enter(path: str) -> str:
     return f"{path} (Turing proxy; {status.line()})"
 
 
+def chosen(text: str) -> list[str]:
+    """The paths a script's `--paths` names ("native,fma,mma"; "" for none: use the results already there)."""
+    named = [p for p in text.split(",") if p]
+    unknown = sorted(set(named) - set(PATHS))
+    if unknown:
+        raise ValueError(f"unknown code path(s) {', '.join(unknown)}; choose from {', '.join(PATHS)}")
+    return named
+
+
 def run_child(script: Path, path: str, args: list[str], out: Path, timeout_s: float) -> dict:
     """Run `script --path PATH ARGS --out OUT` and return the JSON it wrote to OUT (its stderr is passed through)."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_OVERRIDE_ARCH")}
