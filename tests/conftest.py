@@ -32,12 +32,33 @@ SEED_KEY = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    seed = config.getoption("hypothesis_seed", None)
+    worker = getattr(config, "workerinput", None)  # set in an xdist worker: the controller chose the seed
+    seed = worker["caovan_seed"] if worker else config.getoption("hypothesis_seed", None)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
+    if config.getoption("hypothesis_seed", None) != seed:
         config.option.hypothesis_seed = seed
         hypothesis.core.global_force_seed = seed  # the plugin read the option before this hook ran
     config.stash[SEED_KEY] = seed
+    if worker:
+        # vLLM's CPU build binds an engine's compute threads to core 0 unless told otherwise: each worker's
+        # engines get their own core, so two engines generating at once do not share one.
+        cores = os.sched_getaffinity(0)
+        if worker["workercount"] <= len(cores):
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(sorted(cores)[int(worker["workerid"][2:])]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # xdist's controller, once per worker
+    node.workerinput["caovan_seed"] = node.config.stash[SEED_KEY]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (`make test`: --dist loadscope, each module on one worker so its fixtures start an engine once),
+    the engine tests go first, so that the short tests fill the workers at the end instead of one long engine
+    module running alone."""
+    if hasattr(config, "workerinput"):  # an xdist worker (with xdist, only the workers collect)
+        items.sort(key=lambda item: item.get_closest_marker("engine") is None)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -20,6 +20,7 @@ import httpx
 import psutil
 import pytest
 
+from caovan_manager.engine.process import ENGINE_MARKERS
 from tests.support.engine import free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -97,10 +98,14 @@ class DaemonProcess:
 
 
 def engine_group_members(pgids: set[int]) -> list[psutil.Process]:
+    """Live engine processes in these process groups. A group id is a pid, and pids are reused: once an engine's
+    group is gone, another session's new process (a test in the other xdist worker) may lead a group of that id,
+    so only what looks like an engine counts."""
     members = []
-    for proc in psutil.process_iter(["status"]):
+    for proc in psutil.process_iter(["status", "cmdline"]):
         try:
-            if os.getpgid(proc.pid) in pgids and proc.info["status"] != psutil.STATUS_ZOMBIE:
+            if os.getpgid(proc.pid) in pgids and proc.info["status"] != psutil.STATUS_ZOMBIE and any(
+                    marker in " ".join(proc.info["cmdline"] or ()) for marker in ENGINE_MARKERS):
                 members.append(proc)
         except (ProcessLookupError, psutil.Error, OSError):
             continue

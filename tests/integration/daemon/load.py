@@ -84,11 +84,17 @@ class StreamingLoad:
     def in_flight(self) -> int:
         return len(self._active)
 
-    def wait_for_ok(self, count: int, timeout_s: float) -> None:
+    def served_after(self, moment: float) -> int:
+        """Requests that started after `moment` (time.time()) and succeeded."""
+        return sum(1 for o in self.result.ok if o.started > moment)
+
+    def wait_for_ok(self, count: int, timeout_s: float, started_after: float = 0.0) -> None:
+        """Until `count` requests succeeded (counting only those started after `started_after`, if given): requests
+        queued through a restart succeed too, so "served after the fault" needs the start time."""
         deadline = time.monotonic() + timeout_s
-        while len(self.result.ok) < count:
+        while self.served_after(started_after) < count:
             if time.monotonic() > deadline:
-                raise AssertionError(f"only {len(self.result.ok)} requests succeeded in {timeout_s} s; "
+                raise AssertionError(f"only {self.served_after(started_after)} requests succeeded in {timeout_s} s; "
                                      f"errors: {[o.error for o in self.result.failed][:5]}")
             time.sleep(0.2)
 
