@@ -3,8 +3,8 @@
 Starts `caovan serve` (embedded default unless --model), then for each concurrency (1, 16, 64 streams) sends
 streamed chat completions to the engine's own port and to the daemon's /v1, alternating, and reports per path:
 time to first token (p50/p99), request latency (p50/p99), tokens/s, and the daemon/direct ratios. Because a
-streamed completion's latency is dominated by the engine, the proxy hop itself is also measured alone: GET
-/v1/models, direct and proxied, many times (p50/p99 added latency).
+streamed completion's latency is dominated by the engine, the proxy hop itself is also measured alone: a one-token
+completion, direct and proxied, many times (p50/p99 added latency).
 
     python benchmarks/proxy_bench.py [--concurrency 1,16,64] [--rounds 3] [--requests 2] [--max-tokens 32] [--json F]
                                      [--routed]
@@ -123,30 +123,31 @@ async def run_load(url: str, headers: dict, concurrency: int, requests: int, max
     into.errors += errors
 
 
-async def hop_latency(direct: str, daemon: str, headers: dict, samples: int, path: str = "/v1/models"
-                      ) -> dict[str, float]:
-    """A GET direct and through the daemon, interleaved: the proxy hop alone. With a models table the daemon answers
-    GET /v1/models itself, so the hop goes to /v1/models/<name> (routed by its path; the engine answers both paths
-    alike, whatever it answers)."""
+async def hop_latency(direct: str, daemon: str, headers: dict, samples: int) -> dict[str, float]:
+    """A one-token completion direct and through the daemon, interleaved: the proxy hop alone. Its body names the
+    model, which is what routing reads (with a models table the daemon answers GET /v1/models itself, so a GET
+    would measure no hop there)."""
+    body = {"model": SERVED_NAME, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
     times = {"direct": [], "daemon": []}
     async with httpx.AsyncClient(timeout=30) as client:
         for _ in range(20):  # warm both connection pools
-            await client.get(f"{direct}{path}")
-            await client.get(f"{daemon}{path}", headers=headers)
+            await client.post(f"{direct}/v1/completions", json=body)
+            await client.post(f"{daemon}/v1/completions", json=body, headers=headers)
         for _ in range(samples):
             statuses = []
             for name, url, hdrs in (("direct", direct, {}), ("daemon", daemon, headers)):
                 started = time.perf_counter()
-                statuses.append((await client.get(f"{url}{path}", headers=hdrs)).status_code)
+                statuses.append((await client.post(f"{url}/v1/completions", json=body, headers=hdrs)).status_code)
                 times[name].append(time.perf_counter() - started)
-            if statuses[0] != statuses[1] or statuses[0] >= 500:
-                raise SystemExit(f"GET {path}: direct answered {statuses[0]}, the daemon {statuses[1]}")
+            if statuses[0] != statuses[1] or statuses[0] >= 400:
+                raise SystemExit(f"POST /v1/completions: direct answered {statuses[0]}, the daemon {statuses[1]}")
     added = [d - s for d, s in zip(times["daemon"], times["direct"])]
     return {"direct_p50_ms": percentile(times["direct"], 0.5) * 1e3,
             "daemon_p50_ms": percentile(times["daemon"], 0.5) * 1e3,
             "added_p50_ms": (percentile(times["daemon"], 0.5) - percentile(times["direct"], 0.5)) * 1e3,
             "added_p99_ms": (percentile(times["daemon"], 0.99) - percentile(times["direct"], 0.99)) * 1e3,
-            "added_pairwise_median_ms": statistics.median(added) * 1e3, "samples": samples, "path": path}
+            "added_pairwise_median_ms": statistics.median(added) * 1e3, "samples": samples,
+            "path": "POST /v1/completions, one token"}
 
 
 def free_port() -> int:
@@ -163,8 +164,14 @@ def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] 
     config = state_dir / "bench.toml"
     text = f'port = {port}\nstate_dir = "{state_dir}"\n[proxy]\nqueue_size = 1024\n'
     if routed:
-        text += f'[models.{SERVED_NAME}]\npreload = true\n' + (f'model = "{model}"\n' if model else "")
-        model = None
+        # The entry's name is its served name; a JSON list of strings is a TOML array.
+        args = list(engine_args)
+        if "--served-model-name" in args:
+            at = args.index("--served-model-name")
+            del args[at:at + 2]
+        text += (f'[models.{SERVED_NAME}]\npreload = true\nargs = {json.dumps(args)}\n'
+                 + (f'model = "{model}"\n' if model else ""))
+        model, engine_args = None, ()
     config.write_text(text)
     command = [sys.executable, "-c", "from caovan_manager.cli import main; main()", "serve",
                *([model] if model else []), "--config", str(config), *(["--", *engine_args] if engine_args else [])]
@@ -205,7 +212,7 @@ def table(results: list[tuple[PathResult, PathResult]], hop: dict[str, float]) -
         lines.append(f"| {direct.concurrency} | {proxied.ttft_p50_ms - direct.ttft_p50_ms:+.1f} | "
                      f"{proxied.latency_p50_ms - direct.latency_p50_ms:+.1f} / "
                      f"{proxied.latency_p99_ms - direct.latency_p99_ms:+.1f} | {ratio:.3f} |")
-    lines += ["", f"Proxy hop alone (GET {hop['path']}, {hop['samples']} interleaved pairs): direct p50 "
+    lines += ["", f"Proxy hop alone ({hop['path']}, {hop['samples']} interleaved pairs): direct p50 "
                   f"{hop['direct_p50_ms']:.2f} ms, through the daemon p50 {hop['daemon_p50_ms']:.2f} ms; added p50 "
                   f"{hop['added_p50_ms']:.2f} ms, added p99 {hop['added_p99_ms']:.2f} ms, median of pairwise "
                   f"differences {hop['added_pairwise_median_ms']:.2f} ms."]
@@ -213,8 +220,7 @@ def table(results: list[tuple[PathResult, PathResult]], hop: dict[str, float]) -
 
 
 async def bench(direct: str, daemon: str, args: argparse.Namespace) -> tuple[list, dict]:
-    hop = await hop_latency(direct, daemon, {}, args.hop_samples,
-                            f"/v1/models/{SERVED_NAME}" if args.routed else "/v1/models")
+    hop = await hop_latency(direct, daemon, {}, args.hop_samples)
     results = []
     for concurrency in args.concurrency:
         # One untimed round per path first: a new batch size costs the engine a warm-up (on a GPU, CUDA-graph and

@@ -75,6 +75,8 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--max-num-seqs", type=int, default=64, help="Engine batch size (the largest concurrency).")
     parser.add_argument("--rounds", type=int, default=3, help="Alternating direct/daemon rounds per concurrency.")
+    parser.add_argument("--routed", action="store_true", help="Serve the model as a models table's one entry, so "
+                                                             "the daemon routes each request by its model.")
     opts = parser.parse_args()
     bench_args = argparse.Namespace(concurrency=opts.concurrency, requests=2, rounds=opts.rounds, max_tokens=32,
                                     hop_samples=300)
@@ -83,7 +85,7 @@ def main() -> int:
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="caovan-daemon-gpu-") as tmp:
         engine_args = [*embedded.engine_args(), *GPU_ARGS, "--max-num-seqs", str(opts.max_num_seqs)]
-        daemon, url = start_daemon(str(opts.model), Path(tmp), engine_args)
+        daemon, url = start_daemon(str(opts.model), Path(tmp), engine_args, routed=opts.routed)
         try:
             started = time.monotonic()
             status = wait_ready(daemon, url)
