@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from caovan_kernels import contract  # noqa: E402
 from caovan_kernels.profile.gpus import parse_inventory  # noqa: E402
 from caovan_kernels.profile.planner import build_profile  # noqa: E402
-from tests.support.acceptance_lock import SPEC_COUNTERS, GreedyRun, divergences  # noqa: E402
+from tests.support.acceptance_lock import GreedyRun, divergences, greedy_via  # noqa: E402
 from tests.support.engine import _group_alive, free_port  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
 
@@ -109,26 +109,6 @@ def _engine_log(state: Path) -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted((state / "logs").rglob("*")) if p.is_file())
 
 
-def _metric_sum(text: str, name: str) -> float:
-    return sum(float(v) for v in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M))
-
-
-def _greedy(url: str, engine_url: str) -> GreedyRun:
-    import openai
-
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600)
-    before = [_metric_sum(httpx.get(f"{engine_url}/metrics", timeout=10).text, n) for n in SPEC_COUNTERS]
-    runs = []
-    for prompt in EVAL_PROMPTS:
-        reply = client.chat.completions.create(model=SERVED, messages=[{"role": "user", "content": prompt}],
-                                               max_tokens=MAX_TOKENS, temperature=0, logprobs=True, top_logprobs=2)
-        runs.append([(t.token, [(alt.token, alt.logprob) for alt in t.top_logprobs])
-                     for t in reply.choices[0].logprobs.content])
-    after = httpx.get(f"{engine_url}/metrics", timeout=10).text
-    accepted, drafted = (_metric_sum(after, n) - b for n, b in zip(SPEC_COUNTERS, before))
-    return GreedyRun(runs, accepted / drafted if drafted > 0 else float("nan"))
-
-
 def _stop(pid: int) -> bool:
     """Ctrl-C the daemon's group; True when nothing of it was left to kill."""
     if _group_alive(pid):
@@ -161,7 +141,7 @@ def serve(run: str, out_dir: Path, timeout_s: float) -> int:
         if status.get("state") != "ready":
             result["error"] = f"not ready: state {status.get('state')!r}, last error {status.get('last_error')!r}"
         else:
-            greedy = _greedy(url, status["engine"]["url"])
+            greedy = greedy_via(f"{url}/v1", status["engine"]["url"], SERVED, EVAL_PROMPTS, MAX_TOKENS)
             result.update(tokens=greedy.tokens, acceptance=greedy.acceptance)
             time.sleep(11)  # vLLM logs its spec-decoding line every 10 s: let the daemon parse one
             result["status_after"] = httpx.get(f"{url}/status", timeout=5).json()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import httpx
 import openai
+
+from caovan_manager.engine.probe import metric_sums
 
 from tests.support.engine import Engine
 
@@ -22,8 +25,18 @@ class GreedyRun:
 
 
 def greedy_run(engine: Engine, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
-    client = openai.OpenAI(base_url=f"{engine.base_url}/v1", api_key="unused", timeout=600)
-    before = [engine.metric_sum(n) for n in SPEC_COUNTERS]
+    return greedy_via(f"{engine.base_url}/v1", engine.base_url, model, prompts, max_tokens)
+
+
+def greedy_via(api_url: str, engine_url: str, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
+    """The prompts sent to the OpenAI API at api_url (the engine's own, or a daemon's /v1 in front of it), the
+    draft counters read from the engine at engine_url."""
+    def counters() -> list[float]:
+        sums = metric_sums(httpx.get(f"{engine_url}/metrics", timeout=10).text)
+        return [sums.get(name, 0.0) for name in SPEC_COUNTERS]
+
+    client = openai.OpenAI(base_url=api_url, api_key="unused", timeout=600)
+    before = counters()
     runs = []
     for prompt in prompts:
         reply = client.chat.completions.create(
@@ -32,7 +45,7 @@ def greedy_run(engine: Engine, model: str, prompts: list[str], max_tokens: int) 
         )
         runs.append([(t.token, [(alt.token, alt.logprob) for alt in t.top_logprobs])
                      for t in reply.choices[0].logprobs.content])
-    accepted, drafted = (engine.metric_sum(n) - b for n, b in zip(SPEC_COUNTERS, before))
+    accepted, drafted = (after - b for after, b in zip(counters(), before))
     if drafted <= 0:
         raise AssertionError("the engine drafted no tokens: is MTP speculative decoding on?")
     return GreedyRun(runs, accepted / drafted)
