@@ -23,6 +23,10 @@ from typing import Any
 
 MTP_DEFAULT = 3  # draft tokens AutoSpec picks when nothing limits it, on CPU and GPU alike
 
+# A model swapped out by sleep: the daemon adds this vLLM flag, the profile drops it where vLLM has no sleep mode,
+# and the daemon reads the effective command of the decisions line to know which one it got.
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
+
 # Variables of the seed's FlashQLA era: the doctor warns about them, the daemon keeps them out of the engine.
 STALE_ENV_PREFIXES: tuple[str, ...] = ("CAOVAN_FLASHQLA_",)
 

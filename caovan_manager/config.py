@@ -63,6 +63,10 @@ class ModelSettings(BaseModel):
     aliases: list[str] = Field(default_factory=list, description="Other names requests may use for this model.")
     ttl_s: float = Field(0, ge=0, description="Unload after this long without requests; 0 = stay loaded.")
     preload: bool = Field(False, description="Start at daemon start instead of at the first request.")
+    sleep: bool = Field(False, description="Swapped out by vLLM's sleep mode (level 1: weights kept in host memory, "
+                                           "the process kept) instead of a stop, so it comes back without a cold "
+                                           "start. CUDA/ROCm vLLM only; elsewhere swaps stop it (the launch "
+                                           "decisions say why). The idle ttl and /unload still stop it.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment of this model's engine.")
 
     @field_validator("gpus")
@@ -112,6 +116,8 @@ class SupervisorSettings(BaseModel):
     progress_interval_s: float = Field(5, gt=0, description="Interval of the engine /metrics forward-progress check.")
     hang_timeout_s: float = Field(120, gt=0, description="Requests running but no token generated this long = hung.")
     gpu_release_timeout_s: float = Field(30, ge=0, description="Wait for NVML to show the GPU memory released.")
+    sleep_timeout_s: float = Field(120, gt=0, description="Longest POST /sleep or /wake_up of a model with `sleep`; "
+                                                          "longer = the engine is stopped (or restarted) instead.")
     smoke_prompt: str = "The capital of France is"
     smoke_max_tokens: int = Field(4, ge=1)
 

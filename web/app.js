@@ -361,8 +361,10 @@ async function refreshGpus() {
 
 // Models -----------------------------------------------------------------------------------------------------------
 
-const NOTHING_TO_LOAD = new Set(["starting", "ready"]);
+const NOTHING_TO_LOAD = new Set(["starting", "waking", "ready"]);
 const NOTHING_TO_UNLOAD = new Set(["stopped", "failed"]);
+// An asleep model (vLLM's sleep mode) keeps its process, not its GPU memory: it is not in a newcomer's way.
+const HOLDS_NO_GPU = new Set([...NOTHING_TO_UNLOAD, "asleep"]);
 
 /** Whether two models would share a GPU (no GPU list: every GPU). */
 const shareGpus = (a, b) => a.gpus === null || b.gpus === null || a.gpus.some((gpu) => b.gpus.includes(gpu));
@@ -388,13 +390,14 @@ function cell(text, className) {
 }
 
 function loadAction(row, rows) {
-  const leaving = rows.filter((other) => other !== row && !NOTHING_TO_UNLOAD.has(other.state) && shareGpus(row, other))
+  const leaving = rows.filter((other) => other !== row && !HOLDS_NO_GPU.has(other.state) && shareGpus(row, other))
     .map((other) => other.name);
   return {
     path: `/models/${encodeURIComponent(row.name)}/load`,
     heading: `Load ${row.name}?`,
-    explanation: "Its engine starts " + (leaving.length ? `once the models sharing its GPUs (${leaving.join(", ")}) ` +
-      "finished their in-flight requests (up to the drain timeout) and stopped." : "now."),
+    explanation: `Its engine ${row.state === "asleep" ? "wakes up" : "starts"} ` + (leaving.length
+      ? `once the models sharing its GPUs (${leaving.join(", ")}) finished their in-flight requests (up to the ` +
+        "drain timeout) and stopped (or went to sleep, those configured with sleep)." : "now."),
     confirmLabel: "Load",
     what: `Loading ${row.name}`,
   };

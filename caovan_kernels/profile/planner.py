@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caovan_kernels.contract import MTP_DEFAULT
+from caovan_kernels.contract import MTP_DEFAULT, SLEEP_MODE_FLAG
 
 from . import memory as mem
 from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
@@ -87,6 +87,16 @@ def _drop_stale_user_flags(b: _Builder) -> list[UserFlag]:
                    f"the {b.abilities.describe()} does not accept it (removed or misspelt); `vllm serve` "
                    "would refuse to start with it")
     return dropped
+
+
+def _drop_sleep_mode_on_cpu(b: _Builder) -> list[UserFlag]:
+    """vLLM's sleep mode needs CUDA or ROCm: its CPU build refuses to start with the flag."""
+    flag = b.pinned_flag(SLEEP_MODE_FLAG)
+    if flag is None or flag.written != SLEEP_MODE_FLAG:
+        return []
+    b.note("sleep mode", f"dropped {flag.written}", "vLLM's sleep mode needs a CUDA or ROCm GPU and its CPU build "
+                                                    "refuses to start with it; a swap stops this engine instead")
+    return [flag]
 
 
 def _spec_tokens_pinned(b: _Builder, m: ModelFacts) -> int | None:
@@ -379,6 +389,8 @@ def build_profile(model_dir: str | Path, user_args: list[str] | None = None, inv
     inventory = inventory or detect_gpus()
     b = _Builder(abilities, read_pinned(list(user_args or []), abilities))
     dropped = _drop_stale_user_flags(b)
+    if inventory.cpu_only:
+        dropped += _drop_sleep_mode_on_cpu(b)
     device = _plan_cpu(b, facts, inventory) if inventory.cpu_only else _plan_gpu(b, facts, inventory)
     return LaunchProfile(
         model=str(model_dir),

@@ -32,7 +32,7 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "daemon": {"pid": os.getpid(), "uptime_s": round(time.time() - daemon.started_at, 1)},
         "engine": None if run is None else {
             "run_id": run.run_id,
-            "alive": m.state in (State.STARTING, State.READY, State.DRAINING, State.STOPPING),
+            "alive": m.state not in (State.STOPPED, State.BACKOFF, State.FAILED),
             "pid": run.pid,
             "url": daemon.effects.engine_url(run.run_id) if daemon.effects else None,
             "uptime_s": round(now - run.started_at, 1),

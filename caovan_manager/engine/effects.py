@@ -33,8 +33,10 @@ from caovan_manager.supervisor.messages import (
     Progress,
     ReadyProbe,
     Spawned,
+    Slept,
     SpawnFailed,
     StoppedGroup,
+    Woke,
 )
 
 from . import probe
@@ -205,6 +207,23 @@ class EngineEffects:
         await asyncio.gather(*run.tasks, return_exceptions=True)
         await run.client.aclose()
         self.post(StoppedGroup(run_id, leftovers))
+
+    def sleep(self, run_id: int) -> None:
+        run = self.runs[run_id]
+        self._spawn_task(self._sleep_call(run, probe.sleep, Slept), run)
+
+    def wake(self, run_id: int) -> None:
+        run = self.runs[run_id]
+        self._spawn_task(self._sleep_call(run, probe.wake_up, Woke), run)
+
+    async def _sleep_call(self, run: RunHandle, call: Callable[[httpx.AsyncClient, float], Coroutine[Any, Any, None]],
+                          report: type[Slept] | type[Woke]) -> None:
+        try:
+            await call(run.client, self.settings.supervisor.sleep_timeout_s)
+        except (httpx.HTTPError, probe.ProbeError) as exc:
+            self.post(report(run.run_id, ok=False, detail=str(exc) or type(exc).__name__))
+            return
+        self.post(report(run.run_id, ok=True))
 
     def watch_progress(self, run_id: int) -> None:
         self.stop_watching()

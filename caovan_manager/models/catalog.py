@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import ModelSettings, Settings
 from caovan_manager.engine.launch import EngineTarget, option_value, resolve_target
 
@@ -32,6 +33,7 @@ class ModelEntry:
     aliases: tuple[str, ...] = ()
     ttl_s: float = 0.0
     preload: bool = True  # the single engine starts with the daemon; a table entry says (its default: False)
+    sleep: bool = False  # swapped out by vLLM's sleep mode instead of a stop
 
     def overlaps(self, other: ModelEntry) -> bool:
         """Whether the two engines would share a GPU (an entry without a GPU list takes them all)."""
@@ -97,11 +99,18 @@ def build_catalog(settings: Settings, log: Callable[[str], None] = print,
 
     entries = []
     for name, entry in settings.models.items():
-        target = replace(resolve(entry), gpus=None if entry.gpus is None else tuple(entry.gpus),
-                         env_overrides=dict(entry.env))
-        target = replace(target, args=[*target.args, "--served-model-name", name, *entry.aliases])
+        target, env = resolve(entry), dict(entry.env)
+        args = [*target.args, "--served-model-name", name, *entry.aliases]
+        if entry.sleep:
+            # vLLM serves POST /sleep and /wake_up only in its development mode; only the daemon reaches the
+            # engine's port. The profile drops the flag where vLLM has no sleep mode (the CPU build).
+            env.setdefault("VLLM_SERVER_DEV_MODE", "1")
+            if SLEEP_MODE_FLAG not in args:
+                args.append(SLEEP_MODE_FLAG)
+        target = replace(target, gpus=None if entry.gpus is None else tuple(entry.gpus),
+                         env_overrides=env, args=args)
         entries.append(ModelEntry(name, target, None if entry.gpus is None else frozenset(entry.gpus),
-                                  tuple(entry.aliases), entry.ttl_s, entry.preload))
+                                  tuple(entry.aliases), entry.ttl_s, entry.preload, entry.sleep))
     return Catalog(tuple(entries), routed=True)
 
 

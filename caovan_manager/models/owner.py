@@ -11,7 +11,7 @@ from typing import Any
 from caovan_manager.config import SwapSettings
 from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.inbox import Inbox
-from caovan_manager.supervisor.messages import Outcome, StartCommand, StopCommand
+from caovan_manager.supervisor.messages import Outcome, SleepCommand, StartCommand, StopCommand
 
 from .catalog import Catalog
 from .placement import Changed, Demand, Pending, Placement, PlacementMessage
@@ -36,6 +36,10 @@ class SlotEffects:
     def stop(self, model: str, reason: str) -> None:
         logger.info("unloading %s: %s", model, reason)
         self.slots[model].supervisor.post(StopCommand(reason))
+
+    def sleep(self, model: str, reason: str) -> None:
+        logger.info("putting %s to sleep: %s", model, reason)
+        self.slots[model].supervisor.post(SleepCommand(reason))
 
     def pending(self, model: str) -> int:
         return self.slots[model].gate.pending

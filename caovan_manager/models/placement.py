@@ -18,6 +18,9 @@ one ended at least `idle_s` ago, since a client's next request usually follows a
 keeps its GPUs until it is ready. So a model with requests is not evicted before its queue drains or its turn
 passes, and busy models take turns of at least fairness_s instead of thrashing. The oldest waiter goes
 first (an admin's load before all), and a younger one never takes GPUs an older one is waiting for.
+
+A model with `sleep` is swapped out by vLLM's sleep mode instead of a stop (its supervisor stops it where the
+engine has none): asleep, it holds no GPU for placement and a request wakes it. Its ttl and an unload stop it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ from caovan_manager.supervisor.messages import Outcome, State
 from .catalog import Catalog, ModelEntry
 
 # States in which a model holds (or is about to hold) its GPUs.
-OCCUPYING = (State.STARTING, State.READY, State.DRAINING, State.STOPPING, State.BACKOFF)
+# An asleep model keeps its process but gives its GPU memory back: it occupies nothing.
+OCCUPYING = (State.STARTING, State.READY, State.DRAINING, State.STOPPING, State.BACKOFF, State.FALLING_ASLEEP,
+             State.WAKING)
+LOADING = (State.STARTING, State.BACKOFF, State.WAKING)
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,9 @@ class PlacementEffects(Protocol):
 
     def stop(self, model: str, reason: str) -> None:
         """Tell the model's supervisor to drain and stop its engine."""
+
+    def sleep(self, model: str, reason: str) -> None:
+        """Tell the model's supervisor to drain its engine and put it to sleep (or stop it, lacking sleep mode)."""
 
     def pending(self, model: str) -> int:
         """Requests of this model in flight or queued at its gate, now."""
@@ -176,14 +185,16 @@ class Placement:
             slot.wanted = True
             slot.last_used = slot.ready_since = self.clock()
             self._arm_ttl(slot)
-        elif msg.state in (State.STOPPED, State.FAILED):
-            # Stopped by us, by an admin, or given up on: its GPUs are free (unless processes were left behind). A
-            # failed model's waiters got a 503.
+        elif msg.state in (State.STOPPED, State.FAILED, State.ASLEEP):
+            # Stopped or put to sleep by us, by an admin, or given up on: its GPUs are free (unless processes were
+            # left behind). A failed model's waiters got a 503.
             slot.wanted = False
             slot.evicted_for_it, slot.swap_from = (), None
             if msg.state is State.FAILED:
                 slot.waiting_since = None
             self.fx.cancel_timer(f"ttl:{slot.entry.name}")
+            if msg.state is State.ASLEEP:
+                self._arm_ttl(slot)  # asleep it still holds host memory and a process: the ttl ends those
 
     def _on_Pending(self, msg: Pending) -> None:
         slot = self.slots[msg.model]
@@ -198,7 +209,8 @@ class Placement:
     def _on_TtlElapsed(self, msg: TtlElapsed) -> None:
         slot = self.slots[msg.model]
         ttl = slot.entry.ttl_s
-        if not ttl or slot.state is not State.READY or not slot.wanted or self.fx.pending(msg.model):
+        asleep = slot.state is State.ASLEEP and not slot.wanted
+        if not ttl or not (asleep or (slot.state is State.READY and slot.wanted)) or self.fx.pending(msg.model):
             return
         idle = self.clock() - slot.last_used
         if idle >= ttl:
@@ -213,7 +225,7 @@ class Placement:
         slot = self.slots[msg.model]
         if slot.wanted and slot.state is State.READY:
             return Outcome(True, f"{msg.model} is already loaded")
-        if slot.state in (State.STARTING, State.BACKOFF) or (slot.wanted and slot.state is State.STOPPED):
+        if slot.state in LOADING or (slot.wanted and slot.state in (State.STOPPED, State.ASLEEP)):
             return Outcome(True, f"{msg.model} is loading ({slot.state.value})")
         if slot.occupying and not slot.stuck:  # being stopped (swapped out, unloaded): loaded again once stopped
             slot.load_requested = True
@@ -231,6 +243,9 @@ class Placement:
     def _on_Unload(self, msg: Unload) -> Outcome:
         slot = self.slots[msg.model]
         slot.waiting_since, slot.load_requested = None, False
+        if slot.state is State.ASLEEP and not slot.wanted:
+            self._stop(slot, msg.reason)
+            return Outcome(True, f"stopping {msg.model}, which was asleep")
         if not slot.occupying:
             return Outcome(True, f"{msg.model} is not loaded")
         if slot.state in (State.DRAINING, State.STOPPING) and not slot.wanted:
@@ -273,8 +288,8 @@ class Placement:
         ago), for at most its turn of fairness_s."""
         if holder.ready_since is None:
             # Loading (or its start sent and not yet begun), or retrying a failed load: protected until it reports.
-            loading = holder.state in (State.STARTING, State.BACKOFF) or (
-                holder.wanted and holder.state in (State.STOPPED, State.FAILED))
+            loading = holder.state in LOADING or (
+                holder.wanted and holder.state in (State.STOPPED, State.FAILED, State.ASLEEP))
             return float("inf") if loading else 0.0
         turn_left = self.fairness_s - (now - holder.ready_since)
         if turn_left <= 0:
@@ -292,7 +307,7 @@ class Placement:
     def _evict(self, slot: Slot, blockers: list[Slot], reason: str) -> None:
         for blocker in blockers:
             if blocker.wanted:
-                self._stop(blocker, reason)
+                self._stop(blocker, reason, swap=True)
         slot.evicted_for_it = tuple(dict.fromkeys((*slot.evicted_for_it, *(b.entry.name for b in blockers))))
         if slot.swap_from is None:
             slot.swap_from = self.clock()
@@ -303,11 +318,16 @@ class Placement:
         self.fx.cancel_timer(f"fairness:{slot.entry.name}")
         self.fx.start(slot.entry.name, reason)
 
-    def _stop(self, slot: Slot, reason: str) -> None:
+    def _stop(self, slot: Slot, reason: str, swap: bool = False) -> None:
+        """Stop the model's engine; a swap puts one configured with `sleep` to sleep instead."""
         slot.wanted = False
         self.fx.cancel_timer(f"ttl:{slot.entry.name}")
-        self.fx.stop(slot.entry.name, reason)
+        if swap and slot.entry.sleep:
+            self.fx.sleep(slot.entry.name, reason)
+        else:
+            self.fx.stop(slot.entry.name, reason)
 
     def _arm_ttl(self, slot: Slot) -> None:
-        if slot.entry.ttl_s and slot.state is State.READY and not self.fx.pending(slot.entry.name):
+        if (slot.entry.ttl_s and slot.state in (State.READY, State.ASLEEP)
+                and not self.fx.pending(slot.entry.name)):
             self.fx.set_timer(f"ttl:{slot.entry.name}", slot.entry.ttl_s, TtlElapsed(slot.entry.name))

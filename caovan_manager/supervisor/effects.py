@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from .messages import Message
 
-RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback")
+RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback", "wake_failed")
 
 
 class Effects(Protocol):
@@ -23,6 +23,12 @@ class Effects(Protocol):
     def stop_group(self, run_id: int) -> None:
         """SIGTERM the process group, wait the grace, SIGKILL, check none is left and the GPU memory is free;
         reports StoppedGroup."""
+
+    def sleep(self, run_id: int) -> None:
+        """Ask the drained engine to sleep (vLLM's POST /sleep, level 1); reports Slept."""
+
+    def wake(self, run_id: int) -> None:
+        """Ask the sleeping engine to wake up (POST /wake_up); reports Woke."""
 
     def watch_progress(self, run_id: int) -> None:
         """Sample the engine's /metrics periodically; reports Progress until stop_watching."""

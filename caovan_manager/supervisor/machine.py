@@ -7,6 +7,11 @@ as messages. No clock reads except the injected `clock`, no I/O, no awaits, so u
     stopping --group gone--> starting (restart) | stopped (stop) | backoff (failure) ; backoff --timer--> starting
     any failure beyond max_restarts consecutive --> failed (with the reason)
 
+vLLM's sleep mode, for a model swapped out by placement (a stop where the engine's launch has no sleep mode):
+
+    ready --sleep--> draining --drained--> falling_asleep --slept--> asleep --start--> waking --woke, ready--> ready
+    asleep --stop/restart/exit--> stopping ; a failed sleep stops the engine, a failed wake restarts it
+
 A plugin activation rides on the same transitions: measure the current version, drain, restart on the new one,
 check its banner, measure again, keep it or roll back to the previous version.
 """
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from caovan_kernels import contract
+from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import PluginSettings, SupervisorSettings
 from caovan_manager.logwatch import events as log
 
@@ -38,6 +44,8 @@ from .messages import (
     Progress,
     ReadyProbe,
     RestartCommand,
+    SleepCommand,
+    Slept,
     Spawned,
     SpawnFailed,
     StartCommand,
@@ -45,9 +53,11 @@ from .messages import (
     State,
     StopCommand,
     StoppedGroup,
+    Woke,
 )
 
-AfterStop = Literal["stop", "start", "backoff"]
+# What follows a drain: a stop (then stopped / started again / backoff), or sleep ("wake": a start came meanwhile).
+AfterStop = Literal["stop", "start", "backoff", "sleep", "wake"]
 Phase = Literal["baseline", "switch", "verify", "rollback"]
 
 MARKER_KINDS = tuple(marker.kind for marker in contract.RUN_MARKERS)
@@ -185,6 +195,12 @@ class Machine:
             self.fx.cancel_timer("backoff")
             self._spawn()
             return Outcome(True, "starting the engine now instead of waiting for the backoff")
+        if self.state is State.ASLEEP:
+            self._wake()
+            return Outcome(True, "waking the engine up")
+        if self.after_stop == "sleep" and self.state in (State.DRAINING, State.FALLING_ASLEEP):
+            self.after_stop = "wake"
+            return Outcome(True, "the engine stays up (it was being put to sleep)")
         if self.state is State.STOPPING or (self.state is State.DRAINING and self.after_stop == "stop"):
             self.after_stop = "start"
             return Outcome(True, "the engine starts again once the current one has stopped")
@@ -201,11 +217,27 @@ class Machine:
         if self.state is State.READY:
             self._drain_then("stop", cmd.reason)
             return Outcome(True, "draining in-flight requests, then stopping the engine")
-        if self.state is State.STARTING:
+        if self.state in (State.STARTING, State.WAKING, State.ASLEEP):
             self._stop_then("stop", cmd.reason)
-        else:  # draining or stopping already: only the next step changes
+        else:  # draining, falling asleep or stopping already: only the next step changes
             self.after_stop = "stop"
         return Outcome(True, "stopping the engine")
+
+    def _on_SleepCommand(self, cmd: SleepCommand) -> Outcome:
+        if self.activation is not None:
+            return self._busy_with_activation()
+        if self.state is State.READY:
+            if self._sleep_mode():
+                self._drain_then("sleep", cmd.reason)
+                return Outcome(True, "draining in-flight requests, then putting the engine to sleep")
+            self._drain_then("stop", f"{cmd.reason}; stopped instead of put to sleep: this engine runs without "
+                                     f"{SLEEP_MODE_FLAG} (its launch decisions say why)")
+            return Outcome(True, "draining in-flight requests, then stopping the engine (it has no sleep mode)")
+        if self.state in (State.ASLEEP, State.FALLING_ASLEEP):
+            if self.after_stop == "wake":
+                self.after_stop = "sleep"
+            return Outcome(True, f"the engine is already {self.state.value}")
+        return self._on_StopCommand(StopCommand(cmd.reason))
 
     def _on_RestartCommand(self, cmd: RestartCommand) -> Outcome:
         if self.activation is not None:
@@ -214,7 +246,7 @@ class Machine:
             self._note_restart("requested", cmd.reason)
             self._drain_then("start", cmd.reason)
             return Outcome(True, "draining in-flight requests, then restarting the engine")
-        if self.state is State.STARTING:
+        if self.state in (State.STARTING, State.WAKING, State.ASLEEP):
             self._note_restart("requested", cmd.reason)
             self._stop_then("start", cmd.reason)
             return Outcome(True, "restarting the engine")
@@ -257,7 +289,8 @@ class Machine:
         if not self._current(msg.run_id):
             return
         self.run.returncode = msg.returncode
-        if self.state in (State.STARTING, State.READY, State.DRAINING):
+        if self.state in (State.STARTING, State.READY, State.DRAINING, State.FALLING_ASLEEP, State.ASLEEP,
+                          State.WAKING):
             detail = self.run.last_fatal or msg.last_line
             why = f": {detail}" if detail else ""
             how = (f"was killed by {_signal_name(-msg.returncode)}" if msg.returncode < 0
@@ -265,24 +298,56 @@ class Machine:
             self._engine_failed("crash", f"the engine {how}{why}")
 
     def _on_ReadyProbe(self, msg: ReadyProbe) -> None:
-        if not (self._current(msg.run_id) and self.state is State.STARTING):
+        if not (self._current(msg.run_id) and self.state in (State.STARTING, State.WAKING)):
             return
         if msg.ok:
             self._became_ready()
+        elif self.state is State.WAKING:
+            self._engine_failed("wake_failed", f"the engine did not serve after waking up: {msg.detail}")
         else:
             self._engine_failed("start_failed", f"the engine did not become ready: {msg.detail}")
 
     def _on_StartupTimedOut(self, msg: StartupTimedOut) -> None:
-        if self._current(msg.run_id) and self.state is State.STARTING:
+        if self._current(msg.run_id) and self.state in (State.STARTING, State.WAKING):
             limit = self.settings.startup_timeout_s
-            self._engine_failed("start_failed", f"the engine was not ready within {limit:g} s "
-                                                f"(supervisor.startup_timeout_s)")
+            self._engine_failed("start_failed" if self.state is State.STARTING else "wake_failed",
+                                f"the engine was not ready within {limit:g} s (supervisor.startup_timeout_s)")
 
     def _on_Drained(self, msg: Drained) -> None:
         if not (self._current(msg.run_id) and self.state is State.DRAINING):
             return
         note = f" ({msg.remaining} requests still in flight at the drain timeout)" if msg.remaining else ""
-        self._stop_then(self.after_stop, self.reason + note)
+        if self.after_stop == "wake":  # a start came during the drain: it never slept
+            self._enter(State.READY, "serving (its sleep was called off)")
+            self.fx.gate_open(self.run.run_id)
+        elif self.after_stop == "sleep":
+            self._enter(State.FALLING_ASLEEP, self.reason + note)
+            self.fx.stop_watching()
+            self.fx.sleep(self.run.run_id)
+        else:
+            self._stop_then(self.after_stop, self.reason + note)
+
+    def _on_Slept(self, msg: Slept) -> None:
+        if not (self._current(msg.run_id) and self.state is State.FALLING_ASLEEP):
+            return
+        if not msg.ok:
+            self.last_error = f"the engine did not go to sleep: {msg.detail}"
+            self._stop_then("stop", f"{self.reason}; stopped instead: {self.last_error}")
+        elif self.after_stop == "wake":
+            self._wake()
+        elif self.after_stop == "stop":
+            self._stop_then("stop", self.reason)
+        else:
+            self._enter(State.ASLEEP, self.reason)
+            self._gate_stopped()
+
+    def _on_Woke(self, msg: Woke) -> None:
+        if not (self._current(msg.run_id) and self.state is State.WAKING):
+            return
+        if msg.ok:
+            self.fx.probe_ready(msg.run_id)
+        else:
+            self._engine_failed("wake_failed", f"the engine did not wake up: {msg.detail}")
 
     def _on_StoppedGroup(self, msg: StoppedGroup) -> None:
         if not (self._current(msg.run_id) and self.state is State.STOPPING):
@@ -381,7 +446,8 @@ class Machine:
 
     def _became_ready(self) -> None:
         self.fx.cancel_timer("startup")
-        self.run.ready_at = self.clock()
+        if self.run.ready_at is None:  # a wake-up keeps the run's first ready time (its start-up time)
+            self.run.ready_at = self.clock()
         self.failures = 0
         self.hang.reset()
         self._enter(State.READY, "serving")
@@ -405,6 +471,13 @@ class Machine:
         self.fx.gate_hold()
         self.fx.drain(self.run.run_id, self.settings.drain_timeout_s)
 
+    def _wake(self) -> None:
+        self.after_stop = "stop"
+        self._enter(State.WAKING, "waking up from sleep mode")
+        self.fx.gate_hold()
+        self.fx.wake(self.run.run_id)
+        self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(self.run.run_id))
+
     def _stop_then(self, after: AfterStop, reason: str) -> None:
         self.after_stop = after
         self._enter(State.STOPPING, reason)
@@ -423,8 +496,9 @@ class Machine:
             act.reason = reason
             after: AfterStop = "start"
             self._note_restart("rollback", f"rolling back: {reason}")
-        elif self.after_stop == "stop" and self.state is State.DRAINING:
-            after = "stop"  # a stop was asked for; a crash during its drain does not turn it into a restart
+        elif self.after_stop in ("stop", "sleep") and self.state in (State.DRAINING, State.FALLING_ASLEEP,
+                                                                     State.ASLEEP):
+            after = "stop"  # a stop (or sleep) was asked for; a crash meanwhile does not turn it into a restart
         else:
             after = "backoff"
             self._failure_cause = cause
@@ -514,6 +588,12 @@ class Machine:
             self.state_since = self.clock()
         self.state = state
         self.reason = reason
+
+    def _sleep_mode(self) -> bool:
+        """Whether this run's engine was launched with sleep mode: the effective command of caovan-vllm-serve's
+        decisions line (the profile drops the flag where vLLM has no sleep mode)."""
+        launch = self.run.launch if self.run else None
+        return launch is not None and SLEEP_MODE_FLAG in launch.command
 
     def _current(self, run_id: int) -> bool:
         return self.run is not None and self.run.run_id == run_id

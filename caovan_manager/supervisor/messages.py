@@ -20,6 +20,11 @@ class State(str, Enum):
     STOPPING = "stopping"
     BACKOFF = "backoff"
     FAILED = "failed"
+    # vLLM's sleep mode (level 1): weights offloaded to host memory and the KV cache dropped, the process kept, so
+    # another model can use the GPU and this one comes back without a cold start.
+    FALLING_ASLEEP = "falling_asleep"
+    ASLEEP = "asleep"
+    WAKING = "waking"
 
 
 # Commands (the API's requests; each gets an Outcome back) -----------------------------------------------------------
@@ -35,6 +40,13 @@ class StopCommand:
 
 
 @dataclass(frozen=True)
+class SleepCommand:
+    """Drain, then put the engine to sleep (a stop, where its launch has no sleep mode)."""
+
+    reason: str = "sleep requested"
+
+
+@dataclass(frozen=True)
 class RestartCommand:
     reason: str = "restart requested"
 
@@ -44,7 +56,7 @@ class ActivateCommand:
     version: str | None  # None = the plugin bundled with the daemon
 
 
-Command = StartCommand | StopCommand | RestartCommand | ActivateCommand
+Command = StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,24 @@ class StoppedGroup:
 
 
 @dataclass(frozen=True)
+class Slept:
+    """The engine's answer to POST /sleep; ok=False with the error when it failed or did not answer."""
+
+    run_id: int
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Woke:
+    """The engine's answer to POST /wake_up."""
+
+    run_id: int
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class BackoffElapsed:
     run_id: int
 
@@ -153,5 +183,5 @@ class BannerTimedOut:
 
 
 Report = (Spawned | SpawnFailed | Exited | ReadyProbe | StartupTimedOut | Drained | StoppedGroup | BackoffElapsed
-          | Progress | LogLine | Measured | BannerTimedOut)
+          | Progress | LogLine | Measured | BannerTimedOut | Slept | Woke)
 Message = Command | Report

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caovan_manager.supervisor.messages import State
+
 DASHBOARD_PATH = Path(__file__).with_name("caovan-dashboard.json")
 UID = "caovan-daemon"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -119,7 +121,7 @@ def rows() -> list[Row]:
                   options=STAT_VALUE | {"colorMode": "background"}, mappings=UP_MAPPING,
                   thresholds=[{"color": "red", "value": None}, {"color": "green", "value": 1}]),
             Panel("State", "stat", [Target(f"{daemon('caovan_engine_state')} == 1", "{{model}}: {{state}}")], 4, 5,
-                  description="The supervisor's state: stopped, starting, ready, draining, stopping, backoff, failed",
+                  description="The supervisor's state: " + ", ".join(state.value for state in State),
                   options=STAT_NAME, thresholds=[{"color": "blue", "value": None}]),
             Panel("Plugin version", "stat", [Target(daemon("caovan_plugin_info"), "{{model}}: {{version}}")], 4, 5,
                   description="The plugin version of the running engine (its banner once printed)",

@@ -165,6 +165,15 @@ def test_pinned_switch_wins_over_its_negation(demo_model_dir, installed_vllm):
     assert p.decision("prefix-caching").reason.startswith("pinned by user (--enable-prefix-caching)")
 
 
+def test_sleep_mode_is_dropped_on_cpu_and_kept_on_a_gpu(demo_model_dir, qwen36_dir, installed_vllm):
+    p = build_profile(demo_model_dir, ["--enforce-eager", "--enable-sleep-mode"], "cpu", installed_vllm)
+    assert "--enable-sleep-mode" not in p.args and p.args[0] == "--enforce-eager"
+    assert p.decision("sleep mode").value == "dropped --enable-sleep-mode"
+    assert "needs a CUDA or ROCm GPU" in p.decision("sleep mode").reason
+    gpu = build_profile(qwen36_dir, ["--enable-sleep-mode"], TWO_2080TI, installed_vllm)
+    assert gpu.args.count("--enable-sleep-mode") == 1 and not any(d.name == "sleep mode" for d in gpu.decisions)
+
+
 def test_apply_profile_adds_only_what_the_user_did_not_pin(demo_model_dir):
     p = apply_profile(str(demo_model_dir), ["--dtype", "bfloat16", "--port", "8001"], inventory="cpu")
     assert p.args[:4] == ["--dtype", "bfloat16", "--port", "8001"] and p.args.count("--dtype") == 1

@@ -37,6 +37,17 @@ def test_a_table_routes_by_name_and_alias_and_names_each_engine(tmp_path):
     assert "VLLM_LOGGING_LEVEL" not in chat_spec.env or chat_spec.env["VLLM_LOGGING_LEVEL"] != "DEBUG"
 
 
+def test_an_entry_with_sleep_gets_vllms_sleep_mode_and_its_endpoints(tmp_path):
+    settings = load_settings(state_dir=str(tmp_path), models={
+        "chat": {"model": "/m/chat", "gpus": [0], "sleep": True}, "coder": {"model": "/m/coder", "gpus": [0]}})
+    chat, coder = build_catalog(settings)
+    assert chat.sleep and not coder.sleep
+    assert chat.target.args == ["--served-model-name", "chat", "--enable-sleep-mode"]
+    assert build_launch(settings, chat.target, 8100, tmp_path, None).env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "--enable-sleep-mode" not in coder.target.args
+    assert "VLLM_SERVER_DEV_MODE" not in build_launch(settings, coder.target, 8101, tmp_path, None).env
+
+
 @pytest.mark.parametrize("first,second,shared", [
     ([0], [0], True), ([0], [1], False), ([0, 1], [1], True), (None, [1], True), (None, None, True)])
 def test_models_share_a_gpu_when_their_lists_meet_or_one_takes_all(tmp_path, first, second, shared):

@@ -34,6 +34,7 @@ class RecordingPlacementEffects:
 
     def start(self, model: str, reason: str) -> None: self.calls.append(("start", model))
     def stop(self, model: str, reason: str) -> None: self.calls.append(("stop", model, reason))
+    def sleep(self, model: str, reason: str) -> None: self.calls.append(("sleep", model, reason))
     def pending(self, model: str) -> int: return self.pending_counts.get(model, 0)
     def set_timer(self, name: str, delay_s: float, message: PlacementMessage) -> None:
         self.timers[name] = (delay_s, message)
@@ -44,7 +45,7 @@ class RecordingPlacementEffects:
 
     def take(self) -> list[tuple[Any, ...]]:
         calls, self.calls = self.calls, []
-        return [call[:2] if call[0] == "stop" else call for call in calls]
+        return [call[:2] if call[0] in ("stop", "sleep") else call for call in calls]
 
 
 class Clock:
@@ -55,9 +56,10 @@ class Clock:
         return self.now
 
 
-def entry(name: str, gpus: set[int] | None, ttl_s: float = 0, preload: bool = False) -> ModelEntry:
+def entry(name: str, gpus: set[int] | None, ttl_s: float = 0, preload: bool = False,
+          sleep: bool = False) -> ModelEntry:
     return ModelEntry(name, EngineTarget(f"/models/{name}", []), None if gpus is None else frozenset(gpus),
-                      ttl_s=ttl_s, preload=preload)
+                      ttl_s=ttl_s, preload=preload, sleep=sleep)
 
 
 def machine(*entries: ModelEntry) -> tuple[Placement, RecordingPlacementEffects, Clock]:
@@ -105,6 +107,76 @@ def test_an_idle_model_on_the_same_gpu_is_swapped_out_and_the_swap_is_timed():
     run_up(p, "b")
     assert fx.take() == [("swapped_in", "b", ("a",), 13.0)]
     assert p.slots["b"].swaps_in == 1
+
+
+def put_to_sleep(p: Placement, model: str) -> None:
+    for state in (State.DRAINING, State.FALLING_ASLEEP, State.ASLEEP):
+        p.handle(Changed(model, state))
+
+
+def test_a_model_with_sleep_is_swapped_out_by_sleep_mode_and_woken_for_its_next_request():
+    p, fx, clock = machine(entry("a", {0}, sleep=True), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    fx.take()
+    p.handle(Demand("b"))
+    assert fx.take() == [("sleep", "a")]
+    p.handle(Changed("a", State.DRAINING))
+    p.handle(Changed("a", State.FALLING_ASLEEP))
+    assert fx.take() == []  # its GPU memory is released only once asleep
+    p.handle(Changed("a", State.ASLEEP))
+    assert fx.take() == [("start", "b")]
+    run_up(p, "b")
+    fx.take()
+    clock.now += 10
+    p.handle(Demand("a"))  # b has no sleep: stopped for a, which then wakes (its supervisor's start)
+    assert fx.take() == [("stop", "b")]
+    run_down(p, "b")
+    assert fx.take() == [("start", "a")]
+    p.handle(Changed("a", State.WAKING))
+    clock.now += 2
+    p.handle(Changed("a", State.READY))
+    assert fx.take() == [("swapped_in", "a", ("b",), 2.0)]
+
+
+def test_an_asleep_model_is_stopped_by_unload_and_by_its_ttl():
+    p, fx, clock = machine(entry("a", {0}, sleep=True, ttl_s=60), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    put_to_sleep(p, "a")
+    fx.take()
+    assert fx.timers["ttl:a"][0] == 60  # asleep it still holds host memory and a process
+    clock.now += 60
+    p.handle(fx.timers["ttl:a"][1])
+    assert fx.take() == [("stop", "a")]
+    p.handle(Changed("a", State.STOPPING))
+    p.handle(Changed("a", State.STOPPED))
+    p.handle(Demand("a"))
+    run_down(p, "b")  # b was stopped for a
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    put_to_sleep(p, "a")
+    fx.take()
+    outcome = p.handle(Unload("a"))
+    assert fx.take() == [("stop", "a")] and "asleep" in outcome.message
+
+
+def test_a_waking_model_keeps_its_gpus_until_it_reports():
+    p, fx, clock = machine(entry("a", {0}, sleep=True), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    put_to_sleep(p, "a")
+    run_up(p, "b")
+    p.handle(Demand("a"))
+    run_down(p, "b")
+    p.handle(Changed("a", State.WAKING))
+    fx.take()
+    clock.now += FAIRNESS_S * 2
+    p.handle(Demand("b"))
+    assert fx.take() == []  # a is loading: protected whatever the time
+    assert "fairness:b" not in fx.timers
 
 
 def test_a_model_without_a_gpu_list_shares_every_gpu():

@@ -19,6 +19,8 @@ class RecordingEffects(Effects):
     def spawn(self, run_id: int, version: str | None) -> None: self._record("spawn", run_id, version)
     def probe_ready(self, run_id: int) -> None: self._record("probe_ready", run_id)
     def stop_group(self, run_id: int) -> None: self._record("stop_group", run_id)
+    def sleep(self, run_id: int) -> None: self._record("sleep", run_id)
+    def wake(self, run_id: int) -> None: self._record("wake", run_id)
     def watch_progress(self, run_id: int) -> None: self._record("watch_progress", run_id)
     def stop_watching(self) -> None: self._record("stop_watching")
     def measure(self, run_id: int) -> None: self._record("measure", run_id)

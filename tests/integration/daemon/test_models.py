@@ -1,6 +1,7 @@
 """Several models on the real CPU engine: one daemon, three entries of the demo model. `a` and `b` share GPU 0
 (they take turns; `a` has an idle ttl), `c` has GPU 1 to itself (it runs beside them). On a CPU the GPU lists only
-steer placement, which is what these tests are about. `a` and `c` are preloaded: their starts overlap.
+steer placement, which is what these tests are about. `a` and `c` are preloaded: their starts overlap. `b` asks for
+vLLM's sleep mode, which the CPU build lacks: its swaps stop it, and say so.
 
 The tests run in order on the one daemon, each from where the last left it (engine starts are what costs here)."""
 
@@ -41,6 +42,7 @@ env = {{ VLLM_CPU_OMP_THREADS_BIND = "0" }}
 [models.b]
 gpus = [0]
 aliases = ["bee"]
+sleep = true
 env = {{ VLLM_CPU_OMP_THREADS_BIND = "0" }}
 [models.c]
 gpus = [1]
@@ -138,6 +140,7 @@ def test_interleaved_streams_for_two_models_on_one_gpu_swap_twice_and_lose_nothi
     rows = models(fleet)
     assert (rows["a"]["swaps"], rows["b"]["swaps"], rows["c"]["swaps"]) == (1, 1, 0)
     assert rows["a"]["state"] == "ready" and rows["b"]["state"] == "stopped"
+    assert "stopped instead of put to sleep: this engine runs without --enable-sleep-mode" in rows["b"]["reason"]
     assert rows["c"]["state"] == "ready" and rows["c"]["run_id"] < rows["a"]["run_id"]  # beside them, untouched
     page = httpx.get(f"{fleet.url}/metrics").text
     assert 'caovan_model_swaps_total{model="a"} 1.0' in page and 'caovan_model_swaps_total{model="b"} 1.0' in page
