@@ -14,7 +14,7 @@ test: $(STAMP)
 	./scripts/install-test-tools.sh
 	PYTHON=$(BIN)/python ./scripts/install-triton-matrix.sh
 	$(BIN)/caovan demo-model >/dev/null
-	$(BIN)/python -m pytest -n 2 --dist loadscope --durations=25
+	$(BIN)/python -m pytest -n 2 --dist loadscope --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # Everything that needs no engine start (about a minute).
 test-fast: $(STAMP)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -53,12 +55,52 @@ def pytest_configure_node(node) -> None:  # xdist's controller, once per worker
     node.workerinput["caovan_seed"] = node.config.stash[SEED_KEY]
 
 
+# Each module's time in a full run (its tests' setup, call and teardown), for the order below; refreshed with
+# `make test PYTEST_ARGS=--record-module-durations`. A module missing from it counts as UNKNOWN_ENGINE_S if it
+# starts an engine, else as nothing.
+MODULE_DURATIONS = Path(__file__).with_name("module_durations.json")
+UNKNOWN_ENGINE_S = 120.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-module-durations", action="store_true",
+                     help=f"write each test module's time in this run to {MODULE_DURATIONS.name} (the order in "
+                          "which xdist hands modules to its workers)")
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (`make test`: --dist loadscope, each module on one worker so its fixtures start an engine once),
-    the engine tests go first, so that the short tests fill the workers at the end instead of one long engine
-    module running alone."""
-    if hasattr(config, "workerinput"):  # an xdist worker (with xdist, only the workers collect)
-        items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+    """Under xdist (`make test`: --dist loadscope --no-loadscope-reorder, each module on one worker so that its
+    fixtures start an engine once) the longest modules go first, so that short ones fill the workers at the end
+    instead of one long module running alone. The sort is stable: a module's tests keep their order."""
+    if not hasattr(config, "workerinput"):  # an xdist worker (with xdist, only the workers collect)
+        return
+    known = json.loads(MODULE_DURATIONS.read_text())["seconds"] if MODULE_DURATIONS.is_file() else {}
+    cost: dict[str, float] = {}
+    for item in items:
+        module = _module(item.nodeid)
+        guess = UNKNOWN_ENGINE_S if item.get_closest_marker("engine") else 0.0
+        cost[module] = known.get(module, max(cost.get(module, 0.0), guess))
+    items.sort(key=lambda item: -cost[_module(item.nodeid)])
+
+
+_recorded: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = _module(report.nodeid)
+    _recorded[module] = _recorded.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if config.getoption("--record-module-durations") and not hasattr(config, "workerinput") and _recorded:
+        seconds = {module: round(total, 1) for module, total in sorted(_recorded.items(), key=lambda kv: -kv[1])}
+        MODULE_DURATIONS.write_text(json.dumps({"recorded": time.strftime("%Y-%m-%d"), "seconds": seconds},
+                                               indent=1) + "\n")
 
 
 def pytest_report_header(config: pytest.Config) -> str:
