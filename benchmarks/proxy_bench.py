@@ -181,6 +181,18 @@ def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] 
     return daemon, f"http://127.0.0.1:{port}"
 
 
+def stop_daemon(daemon: subprocess.Popen, timeout_s: float = 120) -> str | None:
+    """Ctrl-C, as a user stops it; past the timeout its process group is killed. Returns the problem, if any."""
+    daemon.send_signal(signal.SIGINT)
+    try:
+        daemon.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+        return f"the daemon did not stop within {timeout_s:g} s of Ctrl-C"
+    return None
+
+
 def wait_ready(daemon: subprocess.Popen, url: str, timeout_s: float = 600) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -261,11 +273,7 @@ def main() -> None:
             engine_url = status["engine"]["url"]
             results, hop = asyncio.run(bench(engine_url, url, args))
         finally:
-            daemon.send_signal(signal.SIGINT)
-            try:
-                daemon.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+            stop_daemon(daemon)
     print(table(results, hop))
     if args.json:
         args.json.write_text(json.dumps({"hop": hop, "load": [[asdict(d), asdict(p)] for d, p in results]}, indent=2))

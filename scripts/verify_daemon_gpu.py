@@ -18,8 +18,6 @@ import datetime
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,7 +28,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.proxy_bench import bench, start_daemon, table, wait_ready  # noqa: E402
+from benchmarks.proxy_bench import bench, start_daemon, stop_daemon, table, wait_ready  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from caovan_manager.engine.gpu import gpu_holders, gpu_samples  # noqa: E402
 
@@ -117,12 +115,8 @@ def main() -> int:
                 problems.append("the old engine still held GPU memory after the restart")
             pids = engine_pids(status)
         finally:
-            daemon.send_signal(signal.SIGINT)
-            try:
-                daemon.wait(120)
-            except subprocess.TimeoutExpired:
-                problems.append("the daemon did not stop within 120 s of Ctrl-C")
-                daemon.kill()
+            if problem := stop_daemon(daemon):
+                problems.append(problem)
             (opts.out_dir / "daemon.log").write_bytes((Path(tmp) / "daemon.log").read_bytes())
         first_seen = describe(pids)
         deadline = time.monotonic() + 15  # processes outside the group end on their own once their parent is gone

@@ -17,7 +17,6 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.proxy_bench import free_port  # noqa: E402
+from benchmarks.proxy_bench import free_port, stop_daemon  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from caovan_manager.engine.gpu import gpu_holders, gpu_samples  # noqa: E402
 
@@ -166,12 +165,8 @@ def run(model: Path, mode: str, swaps: int, out_dir: Path) -> tuple[list[str], l
             lines.append(f"- swaps counted by the daemon: "
                          f"{ {name: row['swaps'] for name, row in models(url).items()} }")
         finally:
-            daemon.send_signal(signal.SIGINT)
-            try:
-                daemon.wait(180)
-            except subprocess.TimeoutExpired:
-                problems.append("the daemon did not stop within 180 s of Ctrl-C")
-                daemon.kill()
+            if problem := stop_daemon(daemon, 180):
+                problems.append(problem)
             log.close()
             (out_dir / f"daemon-{mode}.log").write_bytes((state / "daemon.log").read_bytes())
         deadline = time.monotonic() + 15

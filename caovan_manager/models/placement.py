@@ -248,7 +248,8 @@ class Placement:
             return Outcome(True, f"stopping {msg.model}, which was asleep")
         if not slot.occupying:
             return Outcome(True, f"{msg.model} is not loaded")
-        if slot.state in (State.DRAINING, State.STOPPING) and not slot.wanted:
+        if slot.state in (State.DRAINING, State.STOPPING) and not slot.wanted and not slot.entry.sleep:
+            # (One with sleep may be draining to fall asleep: the stop below makes it stop instead.)
             return Outcome(True, f"{msg.model} is already being stopped ({slot.state.value})")
         self._stop(slot, msg.reason)
         return Outcome(True, f"draining {msg.model}, then stopping it; requests for it load it again (those "

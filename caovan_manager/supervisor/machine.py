@@ -224,8 +224,8 @@ class Machine:
         return Outcome(True, "stopping the engine")
 
     def _on_SleepCommand(self, cmd: SleepCommand) -> Outcome:
-        if self.activation is not None:
-            return self._busy_with_activation()
+        if self.activation is not None:  # placement needs the GPUs: as a stop does, this ends the activation
+            return self._on_StopCommand(StopCommand(cmd.reason))
         if self.state is State.READY:
             if self._sleep_mode():
                 self._drain_then("sleep", cmd.reason)

@@ -162,6 +162,17 @@ def test_an_asleep_model_is_stopped_by_unload_and_by_its_ttl():
     assert fx.take() == [("stop", "a")] and "asleep" in outcome.message
 
 
+def test_an_unload_while_it_drains_to_sleep_stops_it():
+    p, fx, _ = machine(entry("a", {0}, sleep=True), entry("b", {0}))
+    p.handle(Demand("a"))
+    run_up(p, "a")
+    p.handle(Demand("b"))
+    p.handle(Changed("a", State.DRAINING))
+    fx.take()
+    p.handle(Unload("a"))
+    assert fx.take() == [("stop", "a")]
+
+
 def test_a_waking_model_keeps_its_gpus_until_it_reports():
     p, fx, clock = machine(entry("a", {0}, sleep=True), entry("b", {0}))
     p.handle(Demand("a"))

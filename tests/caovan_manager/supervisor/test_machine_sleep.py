@@ -9,6 +9,7 @@ from caovan_manager.config import PluginSettings, SupervisorSettings
 from caovan_manager.logwatch.events import LaunchDecisions
 from caovan_manager.supervisor.machine import Machine
 from caovan_manager.supervisor.messages import (
+    ActivateCommand,
     Drained,
     Exited,
     LogLine,
@@ -179,3 +180,12 @@ def test_a_late_report_of_an_older_run_changes_nothing(fx):
     m.handle(Woke(run_id - 1, ok=False, detail="old"))
     m.handle(Slept(run_id, ok=False, detail="duplicate"))
     assert m.state is State.ASLEEP and not fx.calls
+
+
+def test_a_sleep_during_a_plugin_activation_ends_it_as_a_stop_does(fx):
+    m = make(fx)
+    launched(m, fx, sleep_mode=True)
+    m.handle(ActivateCommand("0.2.0"))
+    m.handle(SleepCommand("swapped out for b"))
+    assert m.activation is None and m.state is State.DRAINING and m.after_stop == "stop"
+    assert any(call[0] == "record_activation" and call[3] == "aborted" for call in fx.calls)
