@@ -31,6 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from caovan_manager.models.catalog import without_served_name
+
 PROMPTS = ["Hello!", "Count from one to ten.", "Name five animals.", "Tell me a joke."]
 SERVED_NAME = "caovan-demo"  # the model the load's requests name (the embedded default's served name)
 
@@ -165,10 +167,7 @@ def start_daemon(model: str | None, state_dir: Path, engine_args: Sequence[str] 
     text = f'port = {port}\nstate_dir = "{state_dir}"\n[proxy]\nqueue_size = 1024\n'
     if routed:
         # The entry's name is its served name; a JSON list of strings is a TOML array.
-        args = list(engine_args)
-        if "--served-model-name" in args:
-            at = args.index("--served-model-name")
-            del args[at:at + 2]
+        args = without_served_name(list(engine_args))
         text += (f'[models.{SERVED_NAME}]\npreload = true\nargs = {json.dumps(args)}\n'
                  + (f'model = "{model}"\n' if model else ""))
         model, engine_args = None, ()

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.proxy_bench import free_port, stop_daemon  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from caovan_manager.engine.gpu import gpu_holders, gpu_samples  # noqa: E402
+from caovan_manager.models.catalog import without_served_name  # noqa: E402
 
 # Beside the demo's arguments: vLLM 0.21's CUDA build here has no FlashInfer GDN prefill. Each engine takes a
 # third of the GPU, so the one starting beside a sleeping one has room whatever the sleeper still holds.
@@ -42,11 +43,7 @@ ENGINE_STATES_DOWN = {"sleep": "asleep", "stop": "stopped"}
 
 def engine_args() -> list[str]:
     """The demo's vLLM arguments and GPU_ARGS, less the served name (the daemon names each entry's engine)."""
-    args = embedded.engine_args()
-    if "--served-model-name" in args:
-        at = args.index("--served-model-name")
-        del args[at:at + 2]
-    return [*args, *GPU_ARGS]
+    return [*without_served_name(embedded.engine_args()), *GPU_ARGS]
 
 
 def config_text(model: Path, state_dir: Path, port: int, sleep: bool) -> str:

@@ -45,18 +45,20 @@ async def smoke_completion(client: httpx.AsyncClient, prompt: str, max_tokens: i
     return body["choices"][0].get("text", "")
 
 
+async def _post_ok(client: httpx.AsyncClient, path: str, timeout_s: float, **params: str) -> None:
+    response = await client.post(path, params=params, timeout=timeout_s)
+    if response.status_code != 200:
+        raise ProbeError(f"POST {path} returned HTTP {response.status_code}: {response.text[:300]}")
+
+
 async def sleep(client: httpx.AsyncClient, timeout_s: float) -> None:
     """vLLM's sleep mode, level 1 (weights to host memory, KV cache dropped; served with VLLM_SERVER_DEV_MODE=1).
     Called on a drained engine; `mode=wait` lets anything still running finish instead of aborting it."""
-    response = await client.post("/sleep", params={"level": "1", "mode": "wait"}, timeout=timeout_s)
-    if response.status_code != 200:
-        raise ProbeError(f"POST /sleep returned HTTP {response.status_code}: {response.text[:300]}")
+    await _post_ok(client, "/sleep", timeout_s, level="1", mode="wait")
 
 
 async def wake_up(client: httpx.AsyncClient, timeout_s: float) -> None:
-    response = await client.post("/wake_up", timeout=timeout_s)
-    if response.status_code != 200:
-        raise ProbeError(f"POST /wake_up returned HTTP {response.status_code}: {response.text[:300]}")
+    await _post_ok(client, "/wake_up", timeout_s)
 
 
 def metric_sums(text: str) -> dict[str, float]:

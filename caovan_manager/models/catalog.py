@@ -93,7 +93,7 @@ def build_catalog(settings: Settings, log: Callable[[str], None] = print,
             if not embedded:
                 bare = settings.engine.model_copy(update={"model": None, "args": []})
                 embedded.append(resolve_target(settings.model_copy(update={"engine": bare}), log))
-            return replace(embedded[0], args=[*_without_name(embedded[0].args), *args])
+            return replace(embedded[0], args=[*without_served_name(embedded[0].args), *args])
         engine = settings.engine.model_copy(update={"model": entry.model, "args": args})
         return resolve_target(settings.model_copy(update={"engine": engine}), log)
 
@@ -114,8 +114,8 @@ def build_catalog(settings: Settings, log: Callable[[str], None] = print,
     return Catalog(tuple(entries), routed=True)
 
 
-def _without_name(args: list[str]) -> list[str]:
-    """The embedded default's arguments less its served name: a table entry is served under its own names."""
+def without_served_name(args: list[str]) -> list[str]:
+    """Engine arguments less their served name: a table entry is served under its own names."""
     out, skip = [], False
     for part in args:
         if skip:

@@ -89,12 +89,17 @@ class Exited:
 
 
 @dataclass(frozen=True)
-class ReadyProbe:
-    """Result of the readiness check: /health answered and a tiny real completion came back."""
+class EngineAnswer:
+    """An HTTP conversation with the engine that succeeded or failed; `detail` says why it failed."""
 
     run_id: int
     ok: bool
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class ReadyProbe(EngineAnswer):
+    """Result of the readiness check: /health answered and a tiny real completion came back."""
 
 
 @dataclass(frozen=True)
@@ -117,21 +122,13 @@ class StoppedGroup:
 
 
 @dataclass(frozen=True)
-class Slept:
-    """The engine's answer to POST /sleep; ok=False with the error when it failed or did not answer."""
-
-    run_id: int
-    ok: bool
-    detail: str = ""
+class Slept(EngineAnswer):
+    """The engine's answer to POST /sleep (ok=False also when it did not answer in time)."""
 
 
 @dataclass(frozen=True)
-class Woke:
+class Woke(EngineAnswer):
     """The engine's answer to POST /wake_up."""
-
-    run_id: int
-    ok: bool
-    detail: str = ""
 
 
 @dataclass(frozen=True)
