@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -29,7 +30,9 @@ BROKEN = f"{caovan_kernels.__version__}.post9"
 
 
 @pytest.fixture(scope="module")
-def installed(daemon) -> dict[str, str]:
+def installed(daemon) -> Iterator[dict[str, str]]:
+    """Two builds in the shared daemon's store; afterwards the daemon goes back to its bundled plugin, as found:
+    the session's other modules (main flow, faults, ...) share it and expect the bundled version running."""
     runner = CliRunner()
     config = str(daemon.state_dir / "caovan.toml")
     with tempfile.TemporaryDirectory(prefix="caovan-plugin-builds-") as workdir:
@@ -40,7 +43,16 @@ def installed(daemon) -> dict[str, str]:
             assert f"added plugin version {version}" in result.output
     listing = runner.invoke(app, ["plugins", "list", "--config", config])
     assert GOOD in listing.output and BROKEN in listing.output and "* bundled" in listing.output
-    return {"good": GOOD, "broken": BROKEN}
+    yield {"good": GOOD, "broken": BROKEN}
+    if daemon.status()["plugin"]["active_version"] is None:
+        return
+    started = time.time()
+    response = httpx.post(f"{daemon.url}/plugins/bundled/activate", headers=daemon.admin())
+    assert response.status_code == 202, response.text
+    outcome = wait_activation(daemon, started)
+    assert outcome["outcome"] == "activated", outcome
+    plugin = daemon.status()["plugin"]
+    assert plugin["active_version"] is None and plugin["running_version"] == plugin["bundled_version"], plugin
 
 
 def wait_activation(daemon, started: float, timeout_s: float = 600) -> dict:
