@@ -99,7 +99,8 @@ def eager_wall_us(fn: Callable[[], object], calls: int) -> float:
     return statistics.median(samples)
 
 
-def prefill_case(H: int, HV: int, lens: list[int]) -> dict[str, Callable[[], object]]:
+def prefill_case(H: int, HV: int, lens: list[int], blocks: object | None = None) -> dict[str, Callable[[], object]]:
+    """caovan's prefill (with launch shapes `blocks`, default: its own) and the peers that import, on one input."""
     total = sum(lens)
     n = len(lens)
     q = torch.randn(1, total, H, K, device="cuda", dtype=DTYPE)
@@ -110,7 +111,8 @@ def prefill_case(H: int, HV: int, lens: list[int]) -> dict[str, Callable[[], obj
     cu = torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device="cuda")
     h0 = 0.1 * torch.randn(n, HV, K, V, device="cuda", dtype=torch.float32)
     fns: dict[str, Callable[[], object]] = {
-        "caovan": lambda: chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+        "caovan": lambda: chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True, cu_seqlens=cu,
+                                         blocks=blocks)
     }
     fla = _peer("fla")
     if fla is not None:
@@ -183,11 +185,13 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
 
 def sweep() -> None:
     """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged)."""
+    import dataclasses
+
     from caovan_kernels.gdn import chunk, recurrent
-    from caovan_kernels.gdn._common import FMA
+    from caovan_kernels.gdn._common import dot_plan
 
     H, HV = TP["TP2"]
-    default_decode, default_k2 = recurrent.decode_blocks, chunk.kernel2_blocks
+    default_decode = recurrent.decode_blocks
     for bv, warps in ((16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8)):
         recurrent.decode_blocks = lambda dk, dv, fma, bv=bv, warps=warps: (128, bv, warps)
         recurrent._launch_cache.clear()
@@ -196,11 +200,12 @@ def sweep() -> None:
             print(f"sweep decode B=64 T={T} BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 20):.1f} us", flush=True)
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
-    for bv, warps in ((16, 4), (32, 4), (32, 8), (64, 4), (64, 8)):
-        chunk.kernel2_blocks = lambda dk, dv, form, bv=bv, warps=warps: (128, bv, 32 if form == FMA else 128, warps)
-        fns = prefill_case(H, HV, [8192])
-        print(f"sweep prefill 1x8192 K2 BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 1, 5):.1f} us", flush=True)
-    chunk.kernel2_blocks = default_k2
+    form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
+    default = chunk.prefill_blocks(K, V, form)
+    for warps1, bv, warps2 in ((2, 32, 8), (4, 32, 8), (8, 32, 8), (4, 16, 4), (4, 16, 8), (4, 32, 4), (4, 64, 8)):
+        blocks = dataclasses.replace(default, warps1=warps1, bv=bv, warps2=warps2)
+        fns = prefill_case(H, HV, [8192], blocks)
+        print(f"sweep prefill 1x8192 {blocks}: {gpu_time_us(fns['caovan'], 1, 5):.1f} us", flush=True)
 
 
 def _fmt_ratio(ours: float, peer: float | None) -> str:

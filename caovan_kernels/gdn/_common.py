@@ -59,10 +59,10 @@ def precision_for(t: torch.Tensor) -> str:
     return dot_precision(t.device.type, t.device.index)
 
 
-# Forms of the chunked prefill (block sizes and operand types; chunk.kernel1_blocks / kernel2_blocks):
-FMA = "fma"  # Triton's FMA dots (sm_75 without TensorCore75, the interpreter): small blocks, the WY solve in fp32
+# Forms of the chunked prefill (block sizes and operand types; chunk.prefill_blocks):
+FMA = "fma"  # Triton's FMA dots (sm_75 without TensorCore75, the interpreter): small blocks, the inverse in fp32
 TURING_MMA = "turing_mma"  # sm_75 with TensorCore75: fp16 operands, blocks that keep m16n8k8 free of spills
-TENSOR_CORES = "tensor_cores"  # sm_80+: operands in the input dtype (tf32 for fp32), larger blocks
+TENSOR_CORES = "tensor_cores"  # sm_80+: operands in the input dtype (tf32 for fp32)
 FORMS = (FMA, TURING_MMA, TENSOR_CORES)
 
 

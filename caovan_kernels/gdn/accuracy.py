@@ -2,12 +2,13 @@
 
 Tolerances are on the relative L2 error ||out - ref|| / ||ref|| against the float64 recurrent reference fed the
 very same (already rounded) inputs, so they only measure what the kernels add:
-- chunked prefill: w, u and the gated q.k block go through memory in the input dtype (unit roundoff 4.9e-4 fp16,
-  3.9e-3 bf16), the output is rounded once more, and the products' operands are rounded to the input dtype (the
-  tensor-core form, also the WY solve's) or multiply in fp32 (the FMA form's solve). Measured at Qwen3.6's head
-  shape in fp16: 3.6e-4 to 5.5e-4 in both forms (fla-core: about 1e-3), so 2e-3 (fp16) leaves a margin of 4 and
-  holds the bar the GDNCore issue set; bf16's roundoff is 8x fp16's: 2.5e-2. fp32 inputs keep everything fp32
-  but meet tf32 products on sm_80+ GPUs (10-bit mantissa, like fp16): 4e-3.
+- chunked prefill: the chunk inverse (I + A)^-1 diag(beta) and the gated q.k block go through memory in the input
+  dtype (unit roundoff 4.9e-4 fp16, 3.9e-3 bf16), the output is rounded once more, and the products' operands
+  are rounded to the input dtype (the tensor-core forms, also the inverse's block products) or multiply in fp32
+  (the FMA form's inverse). Measured at Qwen3.6's head shape in fp16: 3.0e-4 to 4.3e-4 in every form (fla-core:
+  about 1e-3), so 2e-3 (fp16) leaves a margin of 4 and holds the bar the GDNCore issue set; bf16's roundoff is
+  8x fp16's: 2.5e-2. fp32 inputs keep everything fp32 but meet tf32 products on sm_80+ GPUs (10-bit mantissa,
+  like fp16): 4e-3.
 - recurrent decode: the state stays fp32 and no products are rounded, so only the output's rounding remains
   (2e-3 fp16, 1.5e-2 bf16 on the output; 1e-5 on the fp32 state, far above fp32 roundoff over a few tokens).
 """

@@ -1,20 +1,27 @@
 """Chunked (WY-form) Gated DeltaNet prefill: two Triton kernels, drop-in for fla-core 0.6.0's chunk_gated_delta_rule.
 
-Per 64-token chunk, with cumulative log decays G_i and A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j):
+Per 64-token chunk, with cumulative log decays G_i, A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j) and the inverse
+with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
 
-    w = (I + A)^-1 (beta exp(G) k)      u = (I + A)^-1 (beta v)            (kernel 1, one program per chunk/head)
-    v'  = u - w S                        o = scale exp(G) q S + Aqk v'      (kernel 2, one program per sequence/
-    S  <- exp(G_last) S + (exp(G_last - G) k)^T v'                           head/value block, chunks in order)
+    Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, one program per chunk and value head)
+    v' = Ti (v - exp(G) (k S))                                        (kernel 2, one program per sequence, value
+    o  = scale exp(G) (q S) + Aqk v'                                   head and value block, chunks in order)
+    S <- exp(G_last) S + k^T (exp(G_last - G) v')
 
-Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and
-solves for w and u by block forward substitution, so no 64x64 inverse is ever formed. The state S stays fp32 in
-kernel 2 for the whole sequence (in registers; where dots are FMA, in a per-program scratch, see kernel2_blocks);
-only w, u, Aqk (input dtype) and G (fp32) go through memory. How the products run (operand dtype, block sizes)
-follows a DotPlan: tensor cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise.
-reference.chunked_gated_delta_rule is the same algorithm in plain torch.
+Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and forms
+the six blocks below them by block forward substitution. The classic WY form's w = Ti exp(G) k and u = Ti v are
+never formed: kernel 2 applies Ti to the chunk's residual instead, which costs it one 64x64 product per step and
+saves writing and reading w and u (4 bytes per token, value head and head-dim element in fp16: most of the
+prefill's memory traffic on a 616 GB/s 2080 Ti). The state S stays fp32 in kernel 2 for the whole sequence (in
+registers; where dots are FMA, in a per-program scratch, see prefill_blocks); only Ti, Aqk (input dtype) and G
+(fp32) go through memory. How the products run (operand dtype, block sizes) follows a DotPlan: tensor cores on
+sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise. reference.chunked_gated_delta_rule is
+the same algorithm in plain torch.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -57,20 +64,23 @@ def _unit_lower_inverse(a, SUB: tl.constexpr):
 
 
 @triton.jit
-def _block_solve(d0, d1, d2, d3, a10, a20, a21, a30, a31, a32, b0, b1, b2, b3, DOT: tl.constexpr):
-    """X = (I + A)^-1 B by 16-row blocks: X_i = D_i (B_i - sum_{j<i} A_ij X_j), D_i the inverted diagonal blocks.
-
-    Products take their operands in d0's dtype with fp32 accumulation; residuals stay fp32 until used as one."""
+def _lower_inverse_blocks(d0, d1, d2, d3, a10, a20, a21, a30, a31, a32, DOT: tl.constexpr):
+    """The six blocks below the diagonal of (I + A)^-1, by block forward substitution from its inverted diagonal
+    blocks D_i: T_ij = -D_i sum_{j <= m < i} A_im T_mj. Products take their operands in d0's dtype with fp32
+    accumulation; sums stay fp32 until used as one."""
     op_t = d0.dtype
-    x0 = tl.dot(d0, b0.to(op_t), input_precision=DOT)
-    x0_op = x0.to(op_t)
-    x1 = tl.dot(d1, (b1 - tl.dot(a10, x0_op, input_precision=DOT)).to(op_t), input_precision=DOT)
-    x1_op = x1.to(op_t)
-    r2 = b2 - tl.dot(a20, x0_op, input_precision=DOT) - tl.dot(a21, x1_op, input_precision=DOT)
-    x2 = tl.dot(d2, r2.to(op_t), input_precision=DOT)
-    r3 = b3 - tl.dot(a30, x0_op, input_precision=DOT) - tl.dot(a31, x1_op, input_precision=DOT)
-    x3 = tl.dot(d3, (r3 - tl.dot(a32, x2.to(op_t), input_precision=DOT)).to(op_t), input_precision=DOT)
-    return x0, x1, x2, x3
+    t10 = -tl.dot(d1, tl.dot(a10, d0, input_precision=DOT).to(op_t), input_precision=DOT)
+    t21 = -tl.dot(d2, tl.dot(a21, d1, input_precision=DOT).to(op_t), input_precision=DOT)
+    t32 = -tl.dot(d3, tl.dot(a32, d2, input_precision=DOT).to(op_t), input_precision=DOT)
+    t10_op, t21_op = t10.to(op_t), t21.to(op_t)
+    r20 = tl.dot(a20, d0, input_precision=DOT) + tl.dot(a21, t10_op, input_precision=DOT)
+    t20 = -tl.dot(d2, r20.to(op_t), input_precision=DOT)
+    r31 = tl.dot(a31, d1, input_precision=DOT) + tl.dot(a32, t21_op, input_precision=DOT)
+    t31 = -tl.dot(d3, r31.to(op_t), input_precision=DOT)
+    r30 = (tl.dot(a30, d0, input_precision=DOT) + tl.dot(a31, t10_op, input_precision=DOT)
+           + tl.dot(a32, t20.to(op_t), input_precision=DOT))
+    t30 = -tl.dot(d3, r30.to(op_t), input_precision=DOT)
+    return t10, t20, t21, t30, t31, t32
 
 
 @triton.jit
@@ -85,18 +95,18 @@ def _store_rows(ptr, x, tok, tok_mask, stride_tok, offset, cols, col_mask):
 
 @triton.jit
 def _chunk_wy_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, A_log_ptr, dt_bias_ptr,
-    w_ptr, u_ptr, aqk_ptr, gcum_ptr,
+    q_ptr, k_ptr, g_ptr, beta_ptr, A_log_ptr, dt_bias_ptr,
+    tinv_ptr, aqk_ptr, gcum_ptr,
     chunk_ptr, cu_ptr,
-    stride_q, stride_k, stride_v, scale, beta_scale,
-    heads_k, heads_v, dim_k, dim_v,
+    stride_q, stride_k, scale, beta_scale,
+    heads_k, heads_v, dim_k,
     raw_gate, raw_beta,
-    BKC: tl.constexpr, BVC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr,
-    TENSOR_CORES: tl.constexpr,
+    BKC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr, TENSOR_CORES: tl.constexpr,
 ):  # fmt: skip
-    """One (chunk, value head). NATIVE: the k k^T and q k^T products take the input dtype (see
-    _chunk_state_output_kernel). TENSOR_CORES: the WY solve's do too; otherwise it multiplies fp32 (FMA dots,
-    where fp32 operands cost nothing extra and keep the inverse's digits)."""
+    """One (chunk, value head): G, Aqk and Ti = (I + A)^-1 diag(beta), rows token-major like q ([tokens, HV, 64]).
+    NATIVE: the k k^T and q k^T products take the input dtype (see _chunk_state_output_kernel). TENSOR_CORES: the
+    inverse's block products do too; otherwise they multiply fp32 (FMA dots, where fp32 operands cost nothing
+    extra and keep the inverse's digits)."""
     c, hv = tl.program_id(0), tl.program_id(1)
     op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
     solve_t = op_t if TENSOR_CORES else tl.float32
@@ -143,11 +153,10 @@ def _chunk_wy_kernel(
         b2 = tl.where(m2, tl.sigmoid(b2) * beta_scale, 0.0)
         b3 = tl.where(m3, tl.sigmoid(b3) * beta_scale, 0.0)
 
-    # pass 1: k k^T and q k^T sub-blocks on or below the diagonal, accumulated over key columns
+    # k k^T sub-blocks on or below the diagonal, accumulated over key columns
     z = tl.zeros([SUB, SUB], dtype=tl.float32)
     kk10, kk20, kk21, kk30, kk31, kk32 = z, z, z, z, z, z
     kk00, kk11, kk22, kk33 = z, z, z, z
-    qk00, qk10, qk11, qk20, qk21, qk22, qk30, qk31, qk32, qk33 = z, z, z, z, z, z, z, z, z, z
     off_k = h * dim_k
     for kc in range(0, dim_k, BKC):
         cols = kc + tl.arange(0, BKC)
@@ -156,10 +165,6 @@ def _chunk_wy_kernel(
         k1 = _load_rows(k_ptr, t1, m1, stride_k, off_k, cols, cm).to(op_t)
         k2 = _load_rows(k_ptr, t2, m2, stride_k, off_k, cols, cm).to(op_t)
         k3 = _load_rows(k_ptr, t3, m3, stride_k, off_k, cols, cm).to(op_t)
-        q0 = _load_rows(q_ptr, t0, m0, stride_q, off_k, cols, cm).to(op_t)
-        q1 = _load_rows(q_ptr, t1, m1, stride_q, off_k, cols, cm).to(op_t)
-        q2 = _load_rows(q_ptr, t2, m2, stride_q, off_k, cols, cm).to(op_t)
-        q3 = _load_rows(q_ptr, t3, m3, stride_q, off_k, cols, cm).to(op_t)
         k0t, k1t, k2t, k3t = tl.trans(k0), tl.trans(k1), tl.trans(k2), tl.trans(k3)
         kk00 = tl.dot(k0, k0t, kk00, input_precision=DOT)
         kk10 = tl.dot(k1, k0t, kk10, input_precision=DOT)
@@ -171,6 +176,50 @@ def _chunk_wy_kernel(
         kk31 = tl.dot(k3, k1t, kk31, input_precision=DOT)
         kk32 = tl.dot(k3, k2t, kk32, input_precision=DOT)
         kk33 = tl.dot(k3, k3t, kk33, input_precision=DOT)
+
+    # A = beta_i exp(G_i - G_j) k_i.k_j below the diagonal; invert the diagonal blocks of I + A (in fp32, rounded
+    # once as an operand), then the blocks below them
+    a10 = (_decayed(kk10, G1, G0, 0, SUB) * b1[:, None]).to(solve_t)
+    a20 = (_decayed(kk20, G2, G0, 0, SUB) * b2[:, None]).to(solve_t)
+    a21 = (_decayed(kk21, G2, G1, 0, SUB) * b2[:, None]).to(solve_t)
+    a30 = (_decayed(kk30, G3, G0, 0, SUB) * b3[:, None]).to(solve_t)
+    a31 = (_decayed(kk31, G3, G1, 0, SUB) * b3[:, None]).to(solve_t)
+    a32 = (_decayed(kk32, G3, G2, 0, SUB) * b3[:, None]).to(solve_t)
+    d0 = _unit_lower_inverse(_decayed(kk00, G0, G0, 1, SUB) * b0[:, None], SUB)
+    d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB)
+    d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB)
+    d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB)
+    t10, t20, t21, t30, t31, t32 = _lower_inverse_blocks(
+        d0.to(solve_t), d1.to(solve_t), d2.to(solve_t), d3.to(solve_t), a10, a20, a21, a30, a31, a32, DOT)
+
+    # Ti = (I + A)^-1 diag(beta): column block j scaled by beta_j; above the diagonal stays unwritten (kernel 2 masks)
+    ld_t = heads_v * 4 * SUB
+    off_t = hv * 4 * SUB
+    _store_rows(tinv_ptr, d0 * b0[None, :], t0, m0, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t10 * b0[None, :], t1, m1, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, d1 * b1[None, :], t1, m1, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t20 * b0[None, :], t2, m2, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t21 * b1[None, :], t2, m2, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, d2 * b2[None, :], t2, m2, ld_t, off_t + 2 * SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t30 * b0[None, :], t3, m3, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t31 * b1[None, :], t3, m3, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t32 * b2[None, :], t3, m3, ld_t, off_t + 2 * SUB, r, r < SUB)
+    _store_rows(tinv_ptr, d3 * b3[None, :], t3, m3, ld_t, off_t + 3 * SUB, r, r < SUB)
+
+    # gated intra-chunk attention for kernel 2 (row block i, column block j <= i; kernel 2 masks j > i), in a second
+    # pass over the key columns: its ten accumulators are never live beside the inverse's blocks (sm_75 registers)
+    qk00, qk10, qk11, qk20, qk21, qk22, qk30, qk31, qk32, qk33 = z, z, z, z, z, z, z, z, z, z
+    for kc in range(0, dim_k, BKC):
+        cols = kc + tl.arange(0, BKC)
+        cm = cols < dim_k
+        k0t = tl.trans(_load_rows(k_ptr, t0, m0, stride_k, off_k, cols, cm).to(op_t))
+        k1t = tl.trans(_load_rows(k_ptr, t1, m1, stride_k, off_k, cols, cm).to(op_t))
+        k2t = tl.trans(_load_rows(k_ptr, t2, m2, stride_k, off_k, cols, cm).to(op_t))
+        k3t = tl.trans(_load_rows(k_ptr, t3, m3, stride_k, off_k, cols, cm).to(op_t))
+        q0 = _load_rows(q_ptr, t0, m0, stride_q, off_k, cols, cm).to(op_t)
+        q1 = _load_rows(q_ptr, t1, m1, stride_q, off_k, cols, cm).to(op_t)
+        q2 = _load_rows(q_ptr, t2, m2, stride_q, off_k, cols, cm).to(op_t)
+        q3 = _load_rows(q_ptr, t3, m3, stride_q, off_k, cols, cm).to(op_t)
         qk00 = tl.dot(q0, k0t, qk00, input_precision=DOT)
         qk10 = tl.dot(q1, k0t, qk10, input_precision=DOT)
         qk11 = tl.dot(q1, k1t, qk11, input_precision=DOT)
@@ -181,8 +230,6 @@ def _chunk_wy_kernel(
         qk31 = tl.dot(q3, k1t, qk31, input_precision=DOT)
         qk32 = tl.dot(q3, k2t, qk32, input_precision=DOT)
         qk33 = tl.dot(q3, k3t, qk33, input_precision=DOT)
-
-    # gated intra-chunk attention for kernel 2 (row block i, column block j <= i; kernel 2 masks j > i)
     ld_a = heads_v * 4 * SUB
     off_a = hv * 4 * SUB
     _store_rows(aqk_ptr, _decayed(qk00, G0, G0, 2, SUB) * scale, t0, m0, ld_a, off_a, r, r < SUB)
@@ -195,58 +242,6 @@ def _chunk_wy_kernel(
     _store_rows(aqk_ptr, _decayed(qk31, G3, G1, 0, SUB) * scale, t3, m3, ld_a, off_a + SUB, r, r < SUB)
     _store_rows(aqk_ptr, _decayed(qk32, G3, G2, 0, SUB) * scale, t3, m3, ld_a, off_a + 2 * SUB, r, r < SUB)
     _store_rows(aqk_ptr, _decayed(qk33, G3, G3, 2, SUB) * scale, t3, m3, ld_a, off_a + 3 * SUB, r, r < SUB)
-
-    # A = beta_i exp(G_i - G_j) k_i.k_j below the diagonal; invert the diagonal blocks of I + A
-    a10 = (_decayed(kk10, G1, G0, 0, SUB) * b1[:, None]).to(solve_t)
-    a20 = (_decayed(kk20, G2, G0, 0, SUB) * b2[:, None]).to(solve_t)
-    a21 = (_decayed(kk21, G2, G1, 0, SUB) * b2[:, None]).to(solve_t)
-    a30 = (_decayed(kk30, G3, G0, 0, SUB) * b3[:, None]).to(solve_t)
-    a31 = (_decayed(kk31, G3, G1, 0, SUB) * b3[:, None]).to(solve_t)
-    a32 = (_decayed(kk32, G3, G2, 0, SUB) * b3[:, None]).to(solve_t)
-    # the inverse is formed in fp32 and rounded once, as an operand
-    d0 = _unit_lower_inverse(_decayed(kk00, G0, G0, 1, SUB) * b0[:, None], SUB).to(solve_t)
-    d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB).to(solve_t)
-    d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB).to(solve_t)
-    d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB).to(solve_t)
-
-    # pass 2: w = (I + A)^-1 (beta exp(G) k), column block by column block
-    ld_w = heads_v * dim_k
-    off_w = hv * dim_k
-    e0, e1, e2, e3 = b0 * tl.exp(G0), b1 * tl.exp(G1), b2 * tl.exp(G2), b3 * tl.exp(G3)
-    for kc in range(0, dim_k, BKC):
-        cols = kc + tl.arange(0, BKC)
-        cm = cols < dim_k
-        x0, x1, x2, x3 = _block_solve(
-            d0, d1, d2, d3, a10, a20, a21, a30, a31, a32,
-            _load_rows(k_ptr, t0, m0, stride_k, off_k, cols, cm).to(tl.float32) * e0[:, None],
-            _load_rows(k_ptr, t1, m1, stride_k, off_k, cols, cm).to(tl.float32) * e1[:, None],
-            _load_rows(k_ptr, t2, m2, stride_k, off_k, cols, cm).to(tl.float32) * e2[:, None],
-            _load_rows(k_ptr, t3, m3, stride_k, off_k, cols, cm).to(tl.float32) * e3[:, None],
-            DOT,
-        )  # fmt: skip
-        _store_rows(w_ptr, x0, t0, m0, ld_w, off_w, cols, cm)
-        _store_rows(w_ptr, x1, t1, m1, ld_w, off_w, cols, cm)
-        _store_rows(w_ptr, x2, t2, m2, ld_w, off_w, cols, cm)
-        _store_rows(w_ptr, x3, t3, m3, ld_w, off_w, cols, cm)
-
-    # u = (I + A)^-1 (beta v)
-    ld_u = heads_v * dim_v
-    off_v = hv * dim_v
-    for vc in range(0, dim_v, BVC):
-        cols = vc + tl.arange(0, BVC)
-        cm = cols < dim_v
-        x0, x1, x2, x3 = _block_solve(
-            d0, d1, d2, d3, a10, a20, a21, a30, a31, a32,
-            _load_rows(v_ptr, t0, m0, stride_v, off_v, cols, cm).to(tl.float32) * b0[:, None],
-            _load_rows(v_ptr, t1, m1, stride_v, off_v, cols, cm).to(tl.float32) * b1[:, None],
-            _load_rows(v_ptr, t2, m2, stride_v, off_v, cols, cm).to(tl.float32) * b2[:, None],
-            _load_rows(v_ptr, t3, m3, stride_v, off_v, cols, cm).to(tl.float32) * b3[:, None],
-            DOT,
-        )  # fmt: skip
-        _store_rows(u_ptr, x0, t0, m0, ld_u, off_v, cols, cm)
-        _store_rows(u_ptr, x1, t1, m1, ld_u, off_v, cols, cm)
-        _store_rows(u_ptr, x2, t2, m2, ld_u, off_v, cols, cm)
-        _store_rows(u_ptr, x3, t3, m3, ld_u, off_v, cols, cm)
 
 
 @triton.jit
@@ -264,9 +259,9 @@ def _state_offsets(rows_k, cols_v, dim_k, dim_v, V_FIRST: tl.constexpr):
 
 @triton.jit
 def _chunk_state_output_kernel(
-    q_ptr, k_ptr, w_ptr, u_ptr, aqk_ptr, gcum_ptr, o_ptr,
+    q_ptr, k_ptr, v_ptr, tinv_ptr, aqk_ptr, gcum_ptr, o_ptr,
     h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, scratch_ptr,
-    stride_q, stride_k, stride_state, scale,
+    stride_q, stride_k, stride_v, stride_state, scale,
     heads_k, heads_v, dim_k, dim_v,
     h0_mode, ht_mode, use_has_h0,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SPLIT_K: tl.constexpr, V_FIRST: tl.constexpr,
@@ -274,11 +269,13 @@ def _chunk_state_output_kernel(
 ):  # fmt: skip
     """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
 
+    Per chunk: v' = Ti (v - exp(G) (k S)), o = scale exp(G) (q S) + Aqk v', S <- exp(G_last) S + k^T (exp(G_last - G)
+    v'); the decays scale the [BT, BV] products, not the [BT, BK] operands, so q and k go from memory to the dots.
     SPLIT_K == BK: the fp32 state tile lives in registers (tensor-core dots). SPLIT_K < BK (FMA dots: sm_75
     without TensorCore75, where a product over a 128-deep axis holds whole operand rows per thread and spills): the
-    state lives in a per-program fp32 scratch (L1/L2 resident) and every product runs over SPLIT_K-row slices of it.
-    NATIVE: dot operands in the input dtype with fp32 accumulation (what tensor cores take; the state is rounded
-    only as an operand and stays fp32 between chunks). In the interpreter, fp16 only (its bf16 dot is broken).
+    state lives in a per-program fp32 scratch (L1/L2 resident) and the products with it run over SPLIT_K-row slices.
+    NATIVE: products take operands in the input dtype with fp32 accumulation (what tensor cores take; the state is
+    rounded only as an operand and stays fp32 between chunks). In the interpreter, fp16 only (its bf16 dot is broken).
     """
     iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
@@ -317,21 +314,24 @@ def _chunk_state_output_kernel(
             tok = t0 + rt
             tm = tok < eos
             hrow = tok * heads_v + hv
-            w = tl.load(w_ptr + hrow[:, None] * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-            u = tl.load(u_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
-            S_op = S.to(op_t)
-            v_new = u.to(tl.float32) - tl.dot(w.to(op_t), S_op, input_precision=DOT)
-            v_op = v_new.to(op_t)
             G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
             g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
-            q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+            key_rows = tm[:, None] & km[None, :]
+            k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
+            q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
+            S_op = S.to(op_t)
+            ks = tl.dot(k, S_op, input_precision=DOT)
+            qs = tl.dot(q, S_op, input_precision=DOT)
+            v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+            e_g = tl.exp(G)
+            residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
+            ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
             a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-            o = tl.dot((q.to(tl.float32) * (tl.exp(G) * scale)[:, None]).to(op_t), S_op, input_precision=DOT)
-            o += tl.dot(a.to(op_t), v_op, input_precision=DOT)
+            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
             tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
-            k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-            k_decayed = k.to(tl.float32) * tl.exp(g_last - G)[:, None]
-            S = S * tl.exp(g_last) + tl.dot(tl.trans(k_decayed.to(op_t)), v_op, input_precision=DOT)
+            v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
+            S = S * tl.exp(g_last) + tl.dot(tl.trans(k), v_decayed, input_precision=DOT)
         if store_ht:
             tl.store(ht_base + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
     else:
@@ -352,28 +352,31 @@ def _chunk_state_output_kernel(
             hrow = tok * heads_v + hv
             G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
             g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
-            q_scale = (tl.exp(G) * scale)[:, None]
-            v_new = tl.load(u_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0).to(tl.float32)
-            o = tl.zeros([BT, BV], dtype=tl.float32)
+            ks = tl.zeros([BT, BV], dtype=tl.float32)
+            qs = tl.zeros([BT, BV], dtype=tl.float32)
             for kb in tl.static_range(0, BK, SPLIT_K):
                 rk = kb + rs
                 m = tm[:, None] & (rk < dim_k)[None, :]
                 S_op = tl.load(scratch + kb * BV + scratch_off).to(op_t)
-                w = tl.load(w_ptr + hrow[:, None] * dim_k + rk[None, :], mask=m, other=0.0)
+                k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=m, other=0.0)
                 q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=m, other=0.0)
-                v_new -= tl.dot(w.to(op_t), S_op, input_precision=DOT)
-                o += tl.dot((q.to(tl.float32) * q_scale).to(op_t), S_op, input_precision=DOT)
-            v_op = v_new.to(op_t)
+                ks += tl.dot(k.to(op_t), S_op, input_precision=DOT)
+                qs += tl.dot(q.to(op_t), S_op, input_precision=DOT)
+            v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+            e_g = tl.exp(G)
+            residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
+            ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
             a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-            o += tl.dot(a.to(op_t), v_op, input_precision=DOT)
+            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
             tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
             tl.debug_barrier()  # every thread has read the old state before any thread overwrites it
-            k_decay = tl.exp(g_last - G)[:, None]
+            v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
             for kb in tl.static_range(0, BK, SPLIT_K):
                 rk = kb + rs
                 k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & (rk < dim_k)[None, :], other=0.0)
                 S = tl.load(scratch + kb * BV + scratch_off) * tl.exp(g_last)
-                S += tl.dot(tl.trans((k.to(tl.float32) * k_decay).to(op_t)), v_op, input_precision=DOT)
+                S += tl.dot(tl.trans(k.to(op_t)), v_decayed, input_precision=DOT)
                 tl.store(scratch + kb * BV + scratch_off, S)
             tl.debug_barrier()
         if store_ht:
@@ -384,33 +387,37 @@ def _chunk_state_output_kernel(
                 tl.store(ht_base + _state_offsets(rk, rv, dim_k, dim_v, V_FIRST), S.to(ht_ptr.dtype.element_ty), mask=mask)
 
 
-def kernel2_blocks(dim_k: int, dim_v: int, form: str) -> tuple[int, int, int, int]:
-    """(BK, BV, SPLIT_K, num_warps) of the state/output kernel.
+@dataclass(frozen=True)
+class PrefillBlocks:
+    """Launch shapes of the two prefill kernels: kernel 1's key-column block and warps; kernel 2's state tile
+    (BK x BV), the row slice its products take the state in (SPLIT_K < BK: through scratch) and warps."""
 
-    With tensor cores the fp32 state tile BK x BV stays in registers (BV 32: enough programs for one long
-    sequence; 16 at BK 256 on sm_75, where 32 spills). Where tl.dot is FMA (sm_75 without TensorCore75, the
-    interpreter) the state goes through scratch in 32-row slices and value blocks are 16 wide: the sizes at which
-    ptxas keeps every product without spilling on sm_75.
+    bkc: int
+    warps1: int
+    bk: int
+    bv: int
+    split_k: int
+    warps2: int
+
+
+def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
+    """The launch shapes for head dims and a form (_common.FORMS), the ones sm75_fit (sm_75) and a compile for
+    sm_80 / sm_90 find free of spills.
+
+    Kernel 1 takes 16 key columns at a time in every form: its ten 16x16 accumulators, then the inverse's blocks,
+    spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Kernel 2 keeps
+    the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long sequence); at BK 256
+    on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers would not
+    hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state in scratch
+    in 32-row slices with 16-wide value blocks.
     """
     bk = head_block(dim_k)
     bv = min(32, head_block(dim_v))
     if form == FMA:
-        return bk, min(16, bv), min(32, bk), 8
+        return PrefillBlocks(SUB, 8, bk, min(16, bv), min(32, bk), 8)
     if form == TURING_MMA and bk > 128:
-        return bk, 16, bk, 8
-    return bk, bv, bk, 8 if bk > 64 else 4
-
-
-def kernel1_blocks(dim_k: int, dim_v: int, form: str) -> tuple[int, int, int]:
-    """(BKC, BVC, num_warps) of the WY kernel: column blocks bound its registers for any head dim.
-
-    Its twenty 16x16 accumulators and ten solve blocks stay live across the column loops; on sm_75 the MMA form
-    keeps them free of spills only with 16-wide column blocks over 4 warps (sm75_fit)."""
-    if form == FMA:
-        return min(32, head_block(dim_k)), min(16, head_block(dim_v)), 8
-    if form == TURING_MMA:
-        return 16, 16, 4
-    return min(64, head_block(dim_k)), min(64, head_block(dim_v)), 4
+        return PrefillBlocks(SUB, 4, bk, 16, 128, 8)
+    return PrefillBlocks(SUB, 4, bk, bv, bk, 8 if bk > 64 else 4)
 
 
 _uniform_bounds: dict[tuple[int, int, torch.device], torch.Tensor] = {}
@@ -469,6 +476,7 @@ def chunk_gated_delta_rule(
     has_initial_state: torch.Tensor | None = None,
     core_attn_out: torch.Tensor | None = None,
     plan: DotPlan | None = None,
+    blocks: PrefillBlocks | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Gated DeltaNet prefill, fla-core 0.6.0's call: q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV].
@@ -482,7 +490,8 @@ def chunk_gated_delta_rule(
     in place; the cache itself is returned. Slots <= 0 (vLLM's null block, padding) are neither read nor written.
     chunk_indices (fla's layout, chunk size 64) skips building the chunk table; cu_seqlens_cpu is not needed.
     plan: how the products run (default: what this device and compile target take, _common.dot_plan); tests pass
-    one to run the tensor-core form through the interpreter.
+    one to run the tensor-core form through the interpreter. blocks: launch shapes (default: prefill_blocks for
+    the plan's form); the benchmark sweeps them.
     """
     if cp_context is not None:
         raise NotImplementedError("caovan GDN: context parallelism (cp_context) is a training feature; not supported")
@@ -507,8 +516,7 @@ def chunk_gated_delta_rule(
     g, beta = g.contiguous(), beta.contiguous()
 
     work_dtype = q.dtype
-    w = torch.empty(total, HV, K, dtype=work_dtype, device=device)
-    u = torch.empty(total, HV, V, dtype=work_dtype, device=device)
+    tinv = torch.empty(total, HV, CHUNK, dtype=work_dtype, device=device)
     aqk = torch.empty(total, HV, CHUNK, dtype=work_dtype, device=device)
     gcum = torch.empty(total, HV, dtype=torch.float32, device=device)
     if core_attn_out is not None:
@@ -520,14 +528,14 @@ def chunk_gated_delta_rule(
 
     table = chunk_indices.to(torch.int32) if chunk_indices is not None else chunk_table(cu, total)
     plan = plan or dot_plan(q, K, V)
-    bkc, bvc, warps1 = kernel1_blocks(K, V, plan.form)
+    blocks = blocks or prefill_blocks(K, V, plan.form)
     _chunk_wy_kernel[(table.shape[0], HV)](
-        q, k, v, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
-        w, u, aqk, gcum, table, cu,
-        stride_q, stride_k, stride_v, scale, 2.0 if allow_neg_eigval else 1.0,
-        H, HV, K, V, int(use_gate_in_kernel), int(use_beta_sigmoid_in_kernel),
-        BKC=bkc, BVC=bvc, SUB=SUB, DOT=plan.precision, NATIVE=plan.native, TENSOR_CORES=plan.form != FMA,
-        num_warps=warps1,
+        q, k, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
+        tinv, aqk, gcum, table, cu,
+        stride_q, stride_k, scale, 2.0 if allow_neg_eigval else 1.0,
+        H, HV, K, int(use_gate_in_kernel), int(use_beta_sigmoid_in_kernel),
+        BKC=blocks.bkc, SUB=SUB, DOT=plan.precision, NATIVE=plan.native, TENSOR_CORES=plan.form != FMA,
+        num_warps=blocks.warps1,
     )  # fmt: skip
 
     state_shape = (n_seq, HV, V, K) if state_v_first else (n_seq, HV, K, V)
@@ -553,16 +561,16 @@ def chunk_gated_delta_rule(
     if has_initial_state is not None:
         has_init = has_initial_state.to(torch.int8)
 
-    bk, bv, split_k, warps2 = kernel2_blocks(K, V, plan.form)
-    grid = (triton.cdiv(V, bv), n_seq * HV)
-    scratch = gcum if split_k == bk else torch.empty(grid[0] * grid[1] * bk * bv, dtype=torch.float32, device=device)
+    grid = (triton.cdiv(V, blocks.bv), n_seq * HV)
+    scratch_size = grid[0] * grid[1] * blocks.bk * blocks.bv
+    scratch = gcum if blocks.split_k == blocks.bk else torch.empty(scratch_size, dtype=torch.float32, device=device)
     _chunk_state_output_kernel[grid](
-        q, k, w, u, aqk, gcum, o,
+        q, k, v, tinv, aqk, gcum, o,
         h0, ht, slots, has_init, cu, scratch,
-        stride_q, stride_k, stride_state, scale,
+        stride_q, stride_k, stride_v, stride_state, scale,
         H, HV, K, V,
         h0_mode, ht_mode, int(has_initial_state is not None),
-        BT=CHUNK, BK=bk, BV=bv, SPLIT_K=split_k, V_FIRST=state_v_first, DOT=plan.precision, NATIVE=plan.native,
-        num_warps=warps2,
+        BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
+        NATIVE=plan.native, num_warps=blocks.warps2,
     )  # fmt: skip
     return o, final

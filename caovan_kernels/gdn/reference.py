@@ -80,9 +80,10 @@ def chunked_gated_delta_rule(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The chunked WY form that chunk.py implements, in float64 torch (same shapes as recurrent_gated_delta_rule).
 
-    Per chunk, with cumulative decays G and A_ij = beta_i exp(G_i - G_j) k_i.k_j below the diagonal:
-    w = (I + A)^-1 (beta exp(G) k), u = (I + A)^-1 (beta v), v' = u - w S,
-    o = scale (exp(G) q S + tril(exp(G_i - G_j) q_i.k_j) v'), S <- exp(G_last) S + (exp(G_last - G) k)^T v'.
+    Per chunk, with cumulative decays G and A_ij = beta_i exp(G_i - G_j) k_i.k_j below the diagonal, the inverse
+    with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
+    v' = Ti (v - exp(G) (k S))    (the classic form's u - w S, with u = Ti v and w = Ti diag(exp(G)) k),
+    o = scale (exp(G) (q S) + tril(exp(G_i - G_j) q_i.k_j) v'),  S <- exp(G_last) S + k^T (exp(G_last - G) v').
     """
     T, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
@@ -102,14 +103,12 @@ def chunked_gated_delta_rule(
         n = hi - lo
         strict = torch.ones(n, n, dtype=torch.bool, device=q.device).tril(-1)
         A = torch.where(strict, bc[:, :, None] * decay * (kc @ kc.transpose(1, 2)), 0.0)
-        inv = torch.linalg.inv(torch.eye(n, dtype=torch.float64, device=q.device) + A)
-        w = inv @ (kc * (bc * torch.exp(G))[:, :, None])
-        u = inv @ (vc * bc[:, :, None])
-        v_new = u - w @ state
+        inverse = torch.linalg.inv(torch.eye(n, dtype=torch.float64, device=q.device) + A) * bc[:, None, :]
+        v_new = inverse @ (vc - torch.exp(G)[:, :, None] * (kc @ state))
         qk = torch.where(strict | torch.eye(n, dtype=torch.bool, device=q.device), decay * (qc @ kc.transpose(1, 2)), 0.0)
-        out[:, lo:hi] = scale * ((qc * torch.exp(G)[:, :, None]) @ state + qk @ v_new)
+        out[:, lo:hi] = scale * (torch.exp(G)[:, :, None] * (qc @ state) + qk @ v_new)
         g_last = G[:, -1]
-        state = state * torch.exp(g_last)[:, None, None] + (kc * torch.exp(g_last[:, None] - G)[:, :, None]).transpose(1, 2) @ v_new
+        state = state * torch.exp(g_last)[:, None, None] + kc.transpose(1, 2) @ (v_new * torch.exp(g_last[:, None] - G)[:, :, None])
     return out.transpose(0, 1), state
 
 

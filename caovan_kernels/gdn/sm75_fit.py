@@ -90,16 +90,15 @@ def launch_configs() -> list[Config]:
         forms = (FMA, TURING_MMA) if plan_for_target(75, torch.float16, dim, dim, True).form == TURING_MMA else (FMA,)
         for form in forms:
             tc = form == TURING_MMA
-            bkc, bvc, warps1 = chunk.kernel1_blocks(dim, dim, form)
-            ce = {"BKC": bkc, "BVC": bvc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
+            b = chunk.prefill_blocks(dim, dim, form)
+            ce = {"BKC": b.bkc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
             fn = chunk._chunk_wy_kernel
-            configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={bkc} BVC={bvc} w{warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps1, tc))
-            bk, bv, split_k, warps2 = chunk.kernel2_blocks(dim, dim, form)
+            configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
             for v_first in (False, True):
-                ce = {"BT": CHUNK, "BK": bk, "BV": bv, "SPLIT_K": split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
+                ce = {"BT": CHUNK, "BK": b.bk, "BV": b.bv, "SPLIT_K": b.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
                 fn = chunk._chunk_state_output_kernel
-                label = f"{form} K=V={dim} BK={bk} BV={bv} SK={split_k} w{warps2} {'VK' if v_first else 'KV'}"
-                configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), warps2, tc))
+                label = f"{form} K=V={dim} BK={b.bk} BV={b.bv} SK={b.split_k} w{b.warps2} {'VK' if v_first else 'KV'}"
+                configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps2, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, fma_only=True)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}
