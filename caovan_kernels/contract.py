@@ -114,6 +114,20 @@ def tensorcore75_count_line(retargeted: int, kept: Mapping[str, int]) -> str:
     return f"{TENSORCORE75} kernels={retargeted + kept_total} retargeted={retargeted} kept={kept_total} ({reasons})"
 
 
+def tensorcore75_autotune_line(kernel: str, configs: int, timed: int, same_code: int, spilling: int) -> str:
+    """Once per autotuned kernel compiled for sm_75 with TensorCore75: how many of the configurations left by the
+    autotuner's own pruning it times, the others being ones that compile to the same code under the retarget's one
+    pipeline stage, and ones that spill to local memory while another does not. Logged for people, not parsed by
+    the daemon."""
+    if not re.fullmatch(r"\S+", kernel or ""):
+        raise ValueError(f"TensorCore75 autotuned kernel name {kernel!r} must be one word")
+    if min(configs, timed, same_code, spilling) < 0 or timed + same_code + spilling != configs:
+        raise ValueError(f"TensorCore75 autotune counts for {kernel} must be non-negative and add up: {timed} timed + "
+                         f"{same_code} same code + {spilling} spilling != {configs} configurations")
+    return (f"{TENSORCORE75} autotune {kernel}: {configs} configurations -> {timed} timed ({same_code} same code "
+            f"under one stage, {spilling} spill on sm_75)")
+
+
 def turing_proxy_line(view: str) -> str:
     """Once per engine process run on the Turing proxy (a test tool, not parsed by the daemon)."""
     return f"{TURING_PROXY} sm_75 code path on this GPU (TRITON_OVERRIDE_ARCH=sm75, {view})"

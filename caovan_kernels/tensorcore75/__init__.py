@@ -16,6 +16,7 @@ from typing import Any
 from caovan_kernels import contract
 from caovan_kernels.vllm.settings import PluginConfigError
 
+from .autotune import AutotunePruning
 from .cache import TaggedCache, hook_tag
 from .census import Census, Counts
 from .pipeline import KernelCompile
@@ -92,6 +93,7 @@ class TensorCore75:
         self.census = Census(log)
         self._seam = Seam(self._on_stages, hook_tag)
         self._cache = TaggedCache()
+        self.autotune = AutotunePruning(log)
         self._status: Status | None = None
 
     @property
@@ -108,7 +110,9 @@ class TensorCore75:
                     self._cache.attach()  # Triton 3.7+ puts the hook's tag into its cache keys itself
                 self.census.attach()
                 self._seam.attach()
+                self.autotune.attach()
             else:
+                self.autotune.detach()
                 self._seam.detach()
                 self.census.detach()
                 self._cache.detach()
@@ -143,10 +147,15 @@ class TensorCore75:
 
         if capability != TURING or language != Language.TRITON:
             return
-        KernelCompile(backend, stages, options, RETARGET_INT8, self._on_fallback).install(stages)
+        KernelCompile(backend, stages, options, RETARGET_INT8, self._on_fallback,
+                      self._on_register_step).install(stages)
 
     def _on_fallback(self, kernel: str, what: str) -> None:
         self._log(f"{contract.TENSORCORE75} {kernel}: retargeting refused ({what}); Triton's own lowering used")
+
+    def _on_register_step(self, kernel: str, what: str) -> None:
+        self._log(f"{contract.TENSORCORE75} {kernel}: register step skipped ({what}); the binary ptxas built without "
+                  ".maxnreg is kept")
 
     def counts(self) -> Counts:
         return self.census.snapshot()

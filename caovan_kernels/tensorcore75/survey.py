@@ -5,9 +5,11 @@
 Runs, without a GPU, the real Python wrappers of vLLM's unified attention (prefill, decode, MTP verify; head_dim
 128 and 256, GQA 6, block sizes 16 and the one vLLM gives Qwen3.6-27B at TP2) and GDN kernels (chunked prefill,
 decode / verify update), and Caovan's GDNCore kernels, at Qwen3.6-27B's TP2 shapes in fp16, as a 2080 Ti would
-launch them (turing/compile_only.py): every kernel and every autotuning configuration is compiled for sm_75 with
-TensorCore75 on. For each it records the decision (retargeted to mma, or kept and why), whether the PTX holds the
-Turing MMA instruction, the shared memory, and registers and spills as ptxas -v reports them for sm_75.
+launch them (turing/compile_only.py): every kernel, and every autotuning configuration TensorCore75's pruning
+(autotune.py) leaves to compile, is compiled for sm_75 with TensorCore75 on. For each binary it records the decision
+(retargeted to mma, or kept and why), whether the PTX holds the Turing MMA instruction, the shared memory, registers
+and spills as ptxas -v reports them for the PTX Triton keeps (after the .maxnreg rebuild, registers.py), the
+registers and local memory TensorCore75 read from the cubin, and whether the autotuner times it.
 
 Must run in a process of its own (compile-only changes Triton's driver for the whole process) with
 TRITON_INTERPRET unset.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -46,6 +49,14 @@ class Compiled:
     num_stages: int
     registers: int
     spill_bytes: int
+    binary: str  # Triton's hash of the binary
+    config: str  # its constexprs and warps: what tells configurations apart but for num_stages
+    timed: bool  # launched, or left to time by its autotuner (False: compiled, then pruned for spilling)
+    autotuner_configs: int  # configurations its autotuner had (after Triton's own pruning); 0: not autotuned
+    cubin_registers: int  # what TensorCore75 read from the cubin (its metadata); -1: none recorded
+    cubin_local_bytes: int
+    maxnreg: int  # the .maxnreg TensorCore75 added; 0: ptxas's own register choice
+    ptx_is_cubin_source: bool  # the PTX Triton stores is the text its cubin was assembled from
 
     @property
     def retargeted(self) -> bool:
@@ -56,15 +67,38 @@ class Compiled:
         return self.shared_bytes <= SM75_SHARED and self.spill_bytes == 0
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _ptxas_v(backend: Any, ptx: str, options: Any) -> tuple[int, int]:
+    """(registers, spill store + load bytes) from ptxas -v for `ptx`, assembled as Triton's own cubin stage does."""
+    from triton import knobs
+
+    captured = io.StringIO()
+    knobs.nvidia.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(captured):
+            backend.make_cubin(ptx, {}, options, backend.target.arch)
+    finally:
+        knobs.nvidia.dump_ptxas_log = False
+    text = captured.getvalue()
+    regs = _REGISTERS.search(text)
+    return int(regs.group(1)) if regs else -1, sum(int(s) + int(ld) for s, ld in _SPILLS.findall(text))
+
+
 class _Recorder:
-    """Chained stage hook (installed before TensorCore75, so ours runs first) that reads ptxas -v for each cubin,
-    plus the compile listener's records. Being a hook installed before ours, it is also the proof that chaining
-    keeps an earlier hook working."""
+    """Chained stage hook (installed before TensorCore75, so ours runs first) that runs ptxas -v on the PTX each
+    cubin stage is handed (TensorCore75 may have assembled it in its ptx stage already, where ptxas's log is not
+    printed), the compile listener's records, and the autotune prunings. Being a hook installed before ours, it is
+    also the proof that chaining keeps an earlier hook working."""
 
     def __init__(self) -> None:
         self.group = "?"
         self.records: list[Compiled] = []
-        self._ptxas: dict[str, tuple[int, int]] = {}
+        self._ptxas: dict[str, tuple[int, int, str]] = {}  # binary hash -> registers, spills, digest of its PTX
+        self._timed: dict[tuple[str, str], set[str | None]] = defaultdict(set)  # (group, kernel) -> timed binaries
+        self._configs: dict[tuple[str, str], int] = defaultdict(int)  # (group, kernel) -> autotuner configurations
 
     def stages_hook(self, backend: Any, stages: dict, options: Any, language: Any, capability: int) -> None:
         cubin = stages.get("cubin")
@@ -72,34 +106,45 @@ class _Recorder:
             return
 
         def read_ptxas(src: Any, metadata: dict) -> Any:
-            from triton import knobs
-
-            captured = io.StringIO()
-            knobs.nvidia.dump_ptxas_log = True
-            try:
-                with contextlib.redirect_stdout(captured):
-                    out = cubin(src, metadata)
-            finally:
-                knobs.nvidia.dump_ptxas_log = False
-            text = captured.getvalue()
-            regs = _REGISTERS.search(text)
-            spills = sum(int(s) + int(ld) for s, ld in _SPILLS.findall(text))
-            self._ptxas[metadata["hash"]] = (int(regs.group(1)) if regs else -1, spills)
+            out = cubin(src, metadata)
+            self._ptxas[metadata["hash"]] = (*_ptxas_v(backend, src, options), _digest(src))
             return out
 
         stages["cubin"] = read_ptxas
 
     def listener(self, *, src: Any, metadata: dict, metadata_group: dict, times: Any, cache_hit: bool) -> None:
-        from caovan_kernels.tensorcore75.pipeline import METADATA_KEY
+        from caovan_kernels.tensorcore75.pipeline import LOCAL_BYTES_KEY, MAXNREG_KEY, METADATA_KEY, REGISTERS_KEY
 
         decision = metadata.get(METADATA_KEY, "off")  # "off": compiled with TensorCore75 off (--mode off)
         ptx_path = next((p for name, p in metadata_group.items() if name.endswith(".ptx")), None)
         ptx = Path(ptx_path).read_text() if ptx_path else ""
-        regs, spills = self._ptxas.get(metadata["hash"], (-1, -1))
+        regs, spills, assembled = self._ptxas.get(metadata["hash"], (-1, -1, ""))
         self.records.append(Compiled(
             self.group, metadata["name"], decision, bool(_TURING_MMA.search(ptx)), metadata["shared"],
-            metadata["num_warps"], metadata["num_stages"], regs, spills,
+            metadata["num_warps"], metadata["num_stages"], regs, spills, metadata["hash"],
+            _config_text(src, metadata["num_warps"]), True, 0, metadata.get(REGISTERS_KEY, -1),
+            metadata.get(LOCAL_BYTES_KEY, -1), metadata.get(MAXNREG_KEY, 0), _digest(ptx) == assembled,
         ))  # fmt: skip
+
+    def pruned(self, pruned: Any) -> None:
+        """Observer of TensorCore75's autotune pruning: which binaries the autotuner will time."""
+        self._timed[(self.group, pruned.kernel)].update(pruned.binaries)
+        self._configs[(self.group, pruned.kernel)] += pruned.configs
+
+    def finish(self) -> list[Compiled]:
+        """The records, marked with whether their autotuner times them (kernels not autotuned are all launched)."""
+        for r in self.records:
+            timed = self._timed.get((r.group, r.kernel))
+            r.timed = timed is None or r.binary in timed
+            r.autotuner_configs = self._configs.get((r.group, r.kernel), 0)
+        return self.records
+
+
+def _config_text(src: Any, num_warps: int) -> str:
+    """"BK=64, BV=32, ..., num_warps=4" from the compile's constexprs (keyed by argument position)."""
+    names = src.fn.arg_names
+    constants = sorted((names[k[0]] if isinstance(k, tuple) else str(k), v) for k, v in src.constants.items())
+    return ", ".join([*(f"{k}={v}" for k, v in constants), f"num_warps={num_warps}"])
 
 
 def _attention_calls() -> list[tuple[str, Callable[[], Any]]]:
@@ -172,6 +217,7 @@ def survey(groups: list[str], mode: str = "force") -> list[Compiled]:
     knobs.runtime.add_stages_inspection_hook = recorder.stages_hook
     knobs.compilation.listener = recorder.listener
     status = tensorcore75.process().activate(mode)
+    tensorcore75.process().autotune.observer = recorder.pruned
     if status.active != (mode == "force"):
         raise RuntimeError(f"TensorCore75 is not as asked ({mode}): {status.detail}")
     if "attention" in groups or "gdn" in groups:
@@ -180,36 +226,44 @@ def survey(groups: list[str], mode: str = "force") -> list[Compiled]:
         for label, call in GROUPS[group]():
             recorder.group = label
             call()
-    return recorder.records
+    return recorder.finish()
 
 
 def summary(records: list[Compiled]) -> list[dict[str, Any]]:
-    """One row per (wrapper group, kernel): configurations, decisions, and the worst case of each resource."""
+    """One row per (wrapper group, kernel): configurations (the autotuner's, compiled, timed), decisions, and the
+    worst case of each resource, over every binary compiled and over those timed."""
     rows: dict[tuple[str, str], list[Compiled]] = defaultdict(list)
     for r in records:
         rows[(r.group, r.kernel)].append(r)
     out = []
     for (group, kernel), rs in rows.items():
         decisions = sorted({r.decision for r in rs})
+        timed = [r for r in rs if r.timed]
         out.append({
-            "group": group, "kernel": kernel, "configs": len(rs), "decisions": decisions,
+            "group": group, "kernel": kernel, "configs": rs[0].autotuner_configs or len(rs), "compiled": len(rs),
+            "timed": len(timed), "decisions": decisions,
             "retargeted": sum(r.retargeted for r in rs), "turing_mma_in_ptx": sum(r.turing_mma_in_ptx for r in rs),
             "max_shared": max(r.shared_bytes for r in rs), "over_64k": sum(r.shared_bytes > SM75_SHARED for r in rs),
             "max_registers": max(r.registers for r in rs), "max_spill": max(r.spill_bytes for r in rs),
-            "fitting_configs": sum(r.fits for r in rs),
+            "max_spill_timed": max((r.spill_bytes for r in timed), default=0),
+            "maxnreg_rebuilt": sum(r.maxnreg > 0 for r in rs), "fitting_configs": sum(r.fits for r in rs),
         })  # fmt: skip
     return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = (f"{'wrapper call':<34} {'kernel':<46} {'cfgs':>4} {'mma':>4} {'in PTX':>6} {'max smem':>9} {'>64K':>4} "
-            f"{'regs':>4} {'spill':>5} {'fit':>4}  decision")
+    """`cfgs`: the autotuner's configurations; `built`: compiled; `timed`: left to time; `spill`: the worst over the
+    binaries built, `timed spill` over those timed; `maxnreg`: binaries rebuilt with TensorCore75's .maxnreg."""
+    head = (f"{'wrapper call':<34} {'kernel':<46} {'cfgs':>4} {'built':>5} {'timed':>5} {'mma':>4} {'in PTX':>6} "
+            f"{'max smem':>9} {'>64K':>4} {'regs':>4} {'spill':>5} {'timed spill':>11} {'maxnreg':>7} {'fit':>4}  "
+            "decision")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['group'][:34]:<34} {r['kernel'][:46]:<46} {r['configs']:>4} {r['retargeted']:>4} "
-            f"{r['turing_mma_in_ptx']:>6} {r['max_shared']:>9} {r['over_64k']:>4} {r['max_registers']:>4} "
-            f"{r['max_spill']:>5} {r['fitting_configs']:>4}  {', '.join(r['decisions'])}"
+            f"{r['group'][:34]:<34} {r['kernel'][:46]:<46} {r['configs']:>4} {r['compiled']:>5} {r['timed']:>5} "
+            f"{r['retargeted']:>4} {r['turing_mma_in_ptx']:>6} {r['max_shared']:>9} {r['over_64k']:>4} "
+            f"{r['max_registers']:>4} {r['max_spill']:>5} {r['max_spill_timed']:>11} {r['maxnreg_rebuilt']:>7} "
+            f"{r['fitting_configs']:>4}  {', '.join(r['decisions'])}"
         )
     return "\n".join(lines)
 

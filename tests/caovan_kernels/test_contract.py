@@ -156,3 +156,23 @@ def test_decisions_line_round_trip():
                               "decisions": [{"name": "dtype", "value": "bfloat16",
                                              "reason": "the CPU path asserts bfloat16"}]}
     assert parse_line(contract.DECISIONS_PREFIX + '{"decisions": "not a list", "command": []}') is None
+
+
+def test_the_tensorcore75_autotune_line_reads_as_specified():
+    line = contract.tensorcore75_autotune_line("chunk_fwd_kernel_o", 36, 10, 24, 2)
+    assert line == ("[Caovan TensorCore75] autotune chunk_fwd_kernel_o: 36 configurations -> 10 timed (24 same code "
+                    "under one stage, 2 spill on sm_75)")
+    # a line for people: the daemon does not take it for the status or the kernel-count line
+    assert contract.read_marker(line) is None
+    assert parse_line(f"(EngineCore_DP0 pid=7) INFO 12-01 09:00:00 [caovan] {line}") is None
+
+
+@pytest.mark.parametrize("counts", [(36, 10, 24, 1), (36, 12, 24, 2), (-1, 0, 0, -1), (3, -1, 4, 0)])
+def test_the_autotune_line_refuses_counts_that_do_not_add_up(counts):
+    with pytest.raises(ValueError, match="must be non-negative and add up"):
+        contract.tensorcore75_autotune_line("k", *counts)
+
+
+def test_the_autotune_line_names_its_kernel_in_one_word():
+    with pytest.raises(ValueError, match="must be one word"):
+        contract.tensorcore75_autotune_line("two words", 2, 1, 1, 0)

@@ -3,11 +3,13 @@
     python tests/sm75/tc75_probe.py SCENARIO     (TRITON_INTERPRET unset; TRITON_CACHE_DIR set by the caller)
 
 Needs only Triton and this repository (no torch, no GPU), so it also runs in venvs holding other Triton releases.
-Scenarios: decisions, int8-off, before-hook, census, chain, fallback, cache-write, cache-read, cache-off, cache-other-tag.
+Scenarios: decisions, int8-off, before-hook, census, chain, fallback, ptx-rewritten, register-step-fails,
+binary-unreadable, cache-write, cache-read, cache-off, cache-other-tag.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -23,7 +25,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 
 import probe_kernels as pk  # noqa: E402
 from caovan_kernels import tensorcore75  # noqa: E402
-from caovan_kernels.tensorcore75.pipeline import METADATA_KEY  # noqa: E402
+from caovan_kernels.tensorcore75.pipeline import LOCAL_BYTES_KEY, METADATA_KEY, REGISTERS_KEY  # noqa: E402
 
 SM75 = GPUTarget("cuda", 75, 32)
 LOG: list[str] = []
@@ -43,7 +45,9 @@ PROBES = {
 }
 
 
-def compile_probe(name: str) -> dict:
+def compile_probe(name: str, check_cubin: bool = False) -> dict:
+    """What the compile of probe `name` gave; `check_cubin`: also whether Triton's own cubin stage, run on the PTX
+    Triton stored, gives the cubin it stored."""
     fn, types, constexprs = PROBES[name]
     signature = {arg: ("constexpr" if arg in constexprs else types[arg]) for arg in fn.arg_names}
     hits: list[bool] = []
@@ -62,10 +66,21 @@ def compile_probe(name: str) -> dict:
     finally:
         knobs.compilation.listener = previous
     ptx = kernel.asm["ptx"]
+    checked = {}
+    if check_cubin:
+        from triton.compiler.compiler import make_backend
+
+        backend = make_backend(SM75)
+        stock = backend.make_cubin(ptx, {}, backend.parse_options({}), SM75.arch)
+        checked = {"cubin_from_stored_ptx": stock == kernel.asm["cubin"]}
     return {
+        **checked,
         "decision": getattr(kernel.metadata, METADATA_KEY, None),
         "mma": sorted(set(_MMA.findall(ptx))),
         "ptx_body": ptx.split(".entry", 1)[-1],  # the kernel itself (the header names the PTX version)
+        "cubin_sha256": hashlib.sha256(kernel.asm["cubin"]).hexdigest(),
+        "registers": getattr(kernel.metadata, REGISTERS_KEY, None),
+        "local_bytes": getattr(kernel.metadata, LOCAL_BYTES_KEY, None),
         "shared": kernel.metadata.shared,
         "cache_hit": hits[-1] if hits else None,
     }
@@ -124,6 +139,32 @@ def scenario(name: str) -> dict:
         activate("force")
         result = compile_probe("fp16")
         return {"decision": result["decision"], "mma": result["mma"], "log": LOG}
+    if name == "ptx-rewritten":
+        def later_stage(backend, stages, options, language, capability):
+            ptx = stages["ptx"]
+
+            def limit_registers(src, metadata):  # a PTX edit that changes the binary
+                return re.sub(r"(?m)^(\.reqntid [^\n]*\n)", r"\1.maxnreg 40\n", ptx(src, metadata))
+
+            stages["ptx"] = limit_registers
+
+        activate("force")
+        normal = compile_probe("fp16_loop", check_cubin=True)
+        activate("off")
+        knobs.runtime.add_stages_inspection_hook = later_stage  # installed before ours: it wraps our ptx stage
+        activate("force")
+        rewritten = compile_probe("fp16", check_cubin=True)
+        return {"normal": normal, "rewritten": rewritten}
+    if name in ("register-step-fails", "binary-unreadable"):
+        from caovan_kernels.tensorcore75 import pipeline
+
+        def broken(*args: object) -> None:
+            raise RuntimeError(f"{name} (made to fail by the probe)")
+
+        # the register step's two parts: the .maxnreg decision, and reading the cubin before it
+        setattr(pipeline, "spend_register_budget" if name == "register-step-fails" else "kernel_resources", broken)
+        activate("force")
+        return {p: compile_probe(p) for p in ("fp16", "no_dot")}
     if name in ("cache-write", "cache-read"):
         activate("force")
         return compile_probe("fp16")

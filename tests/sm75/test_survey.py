@@ -1,6 +1,7 @@
 """The real Triton kernels of the installed vLLM (unified attention, fla GDN) and Caovan's, compiled for sm_75 the
 way a 2080 Ti launches them, with TensorCore75 on (caovan_kernels/tensorcore75/survey.py): which got mma and which
-kept Triton's lowering and why, shared memory and spills from ptxas -v for sm_75. The table is printed."""
+kept Triton's lowering and why, shared memory and spills from ptxas -v for sm_75, the register budget's .maxnreg
+rebuild, and what the autotune pruning leaves to time. The table is printed."""
 
 from __future__ import annotations
 
@@ -86,3 +87,51 @@ def test_every_kernel_has_a_launchable_configuration(surveyed) -> None:
     for r in surveyed["mma"]:
         by_kernel[r.kernel].append(r)
     assert [k for k, rs in by_kernel.items() if not any(r.fits for r in rs)] == []
+
+
+def test_what_runs_is_spill_free_and_fits_turing(surveyed) -> None:
+    """Every binary that runs with TensorCore75 (a kernel launched as is, or a configuration its autotuner times after
+    the pruning) spills nothing per ptxas -v for sm_75, and uses at most 64 KB of shared memory."""
+    runs = [r for r in surveyed["mma"] if r.timed]
+    assert [(r.group, r.kernel, r.config) for r in runs if r.spill_bytes or r.shared_bytes > SM75_SHARED] == []
+    # a compiled configuration goes untimed only because it spills (and another does not)
+    assert [r for r in surveyed["mma"] if not r.timed and r.spill_bytes == 0] == []
+
+
+def test_autotuners_time_one_of_each_num_stages_group_of_retargeted_kernels(surveyed) -> None:
+    by_kernel = defaultdict(list)
+    for r in surveyed["mma"]:
+        if r.autotuner_configs:
+            by_kernel[(r.group, r.kernel)].append(r)
+    retargeted = {kernel for (_, kernel), rs in by_kernel.items() if all(r.retargeted for r in rs)}
+    assert {"chunk_scaled_dot_kkt_fwd_kernel", "recompute_w_u_fwd_kernel",
+            "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o"} <= retargeted
+    for (group, kernel), rs in by_kernel.items():
+        configs = [r.config for r in rs]  # constexprs and warps: what is left once num_stages is set aside
+        if kernel in retargeted:
+            # fla lists each configuration under three num_stages: only one of them was compiled, and timed
+            assert len(rs) < rs[0].autotuner_configs and len(configs) == len(set(configs)), (group, kernel)
+        else:
+            # a kept kernel's num_stages change its code (Triton's own pipeliner): all compiled
+            assert len(rs) == rs[0].autotuner_configs, (group, kernel)
+    merge = by_kernel[("vllm gdn prefill", "merge_16x16_to_64x64_inverse_kernel")]
+    assert len({r.config for r in merge}) < len(merge), "the fp32 kernel's num_stages twins must all be kept"
+
+
+def test_attention_hd256_with_16_token_blocks_gets_the_registers_turing_leaves_it(surveyed) -> None:
+    """ptxas alone stops at 168 registers and spills; the kernel's 40 KB of shared memory leave one block per SM,
+    whose 65536 registers allow 255 per thread: rebuilt with .maxnreg 255, it spills nothing."""
+    [r] = [r for r in surveyed["mma"] if (r.group, r.kernel) == ("vllm attention prefill hd256 bs16",
+                                                                  "kernel_unified_attention")]
+    assert r.shared_bytes == 40960 and r.maxnreg == 255
+    assert r.spill_bytes == 0 and 168 < r.registers <= 255
+
+
+def test_the_binary_triton_keeps_is_the_one_measured(surveyed) -> None:
+    """The PTX Triton stores is the text its cubin was assembled from (the .maxnreg rebuild included), and the
+    registers TensorCore75 read from that cubin are what ptxas -v reports; spills show as local memory there."""
+    records = surveyed["mma"]
+    assert [r.kernel for r in records if not r.ptx_is_cubin_source] == []
+    assert [(r.kernel, r.registers, r.cubin_registers) for r in records if r.registers != r.cubin_registers] == []
+    assert [r.kernel for r in records if r.spill_bytes and not r.cubin_local_bytes] == []
+    assert any(r.spill_bytes for r in records), "no spilling binary: the comparison above proves nothing"

@@ -46,6 +46,15 @@ def test_kernels_turing_cannot_take_keep_tritons_lowering_unchanged(decisions: d
     assert on["decision"] == f"kept:{reason}"
     assert on["mma"] == []
     assert on["ptx_body"] == off["ptx_body"], "a kept kernel must compile exactly as without the hook"
+    assert on["cubin_sha256"] == off["cubin_sha256"], "a kept kernel's binary must be Triton's own"
+
+
+def test_every_sm75_binary_carries_its_registers_and_local_memory(decisions: dict) -> None:
+    """Retargeted and kept alike (the autotune pruning reads them); without the hook there are none."""
+    on = {p: r for p, r in decisions["on"].items() if "error" not in r}
+    assert set(on) == set(decisions["on"])
+    assert all(r["registers"] > 0 and r["local_bytes"] >= 0 for r in on.values()), on
+    assert all(r.get("registers") is None for r in decisions["off"].values())
 
 
 def test_a_kernel_compiled_before_the_hook_is_not_mixed_up(tmp_path: Path) -> None:
@@ -93,3 +102,31 @@ def test_a_failed_retarget_falls_back_to_tritons_lowering(tmp_path: Path) -> Non
     result = run_probe("fallback", tmp_path)["result"]
     assert result["decision"] == "kept:fallback" and result["mma"] == []
     assert any("dot_kernel: retargeting refused (16384 bytes of shared memory" in line for line in result["log"])
+
+
+@pytest.mark.parametrize(("scenario", "where", "recorded"), [
+    ("register-step-fails", "in the .maxnreg rebuild", True),
+    ("binary-unreadable", "reading the binary", False),
+])
+def test_a_failed_register_step_keeps_the_binary_ptxas_built(tmp_path: Path, scenario: str, where: str,
+                                                             recorded: bool) -> None:
+    out = run_probe(scenario, tmp_path)
+    fp16, kept = out["result"]["fp16"], out["result"]["no_dot"]
+    assert fp16["decision"] == "mma:fp16" and fp16["mma"] == [M16N8K8_F32], "still retargeted, still compiled"
+    assert kept["decision"] == "kept:no_dot"
+    # the first binary's registers when it could be read; none when not (then its autotuner is not pruned)
+    assert (fp16["registers"] is not None) == recorded
+    skipped = [line for line in out["log"] if "register step skipped" in line]
+    kept_as_built = "the binary ptxas built without .maxnreg is kept"
+    assert skipped and all(where in line and line.endswith(kept_as_built) for line in skipped)
+    assert skipped[0].startswith(f"[Caovan TensorCore75] dot_kernel: register step skipped (RuntimeError: {scenario}")
+
+
+def test_the_stored_ptx_is_the_source_of_the_stored_cubin(tmp_path: Path) -> None:
+    """A retargeted kernel is assembled in its ptx stage; the cubin stage hands that binary on only for the very
+    text assembled: a hook that edits the PTX after ours (here: .maxnreg 40) gets a cubin built from its edit."""
+    result = run_probe("ptx-rewritten", tmp_path)["result"]
+    normal, rewritten = result["normal"], result["rewritten"]
+    assert normal["decision"] == rewritten["decision"] == "mma:fp16"
+    assert normal["cubin_from_stored_ptx"] and rewritten["cubin_from_stored_ptx"]
+    assert ".maxnreg 40" in rewritten["ptx_body"] and rewritten["registers"] <= 40

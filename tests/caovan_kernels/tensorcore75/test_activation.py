@@ -75,3 +75,13 @@ def test_every_line_it_prints_is_read_back_by_the_contract(hook, monkeypatch) ->
         "tensorcore75_status", "tensorcore75_status", "tensorcore75_kernels", "tensorcore75_kernels"]
     assert [v["active"] for m, v in read if m.kind == "tensorcore75_status"] == [False, True]
     assert read[-1][1] == {"total": 10, "retargeted": 4, "kept": 6, "kept_by_reason": {"fp32_dot": 5, "no_dot": 1}}
+
+
+def test_the_autotune_pruning_is_attached_only_while_active(hook) -> None:
+    from triton.runtime.autotuner import Autotuner
+
+    tritons = Autotuner.prune_configs
+    hook.activate("force")
+    assert Autotuner.prune_configs is not tritons
+    hook.activate("off")
+    assert Autotuner.prune_configs is tritons
