@@ -1,12 +1,13 @@
 """Where the GDN prefill's GPU time goes, kernel by kernel: GDNCore beside fla-core's and vLLM's kernels.
 
-    python benchmarks/gdn_breakdown.py [--paths native,mma] [--shapes 1x8192,4x8192] [--out FILE]
+    python benchmarks/gdn_breakdown.py [--paths native,mma] [--shapes 1x8192,4x8192] [--out FILE] [--sweep]
 
 For each code path (caovan_kernels/turing/paths.py: native, the Turing proxy with Triton's FMA lowering, the proxy
 with TensorCore75), one child process profiles each implementation at Qwen3.6-27B's TP2 GDN shape (H=8, HV=24,
 K=V=128, fp16, initial states in, final states out) with torch.profiler and prints each kernel's mean GPU time per
 call. fla-core (`fla`) and vLLM's kernels are used when importable (neither is a dependency). The totals include no
-launch gaps; benchmarks/turing_bench.py gives the end-to-end time per call.
+launch gaps; benchmarks/turing_bench.py gives the end-to-end time per call. `--sweep` adds GDNCore under other launch
+shapes (warps of kernel 1; value block and warps of kernel 2) on each path: what its defaults should be there.
 """
 
 from __future__ import annotations
@@ -23,21 +24,35 @@ sys.path.insert(0, str(ROOT))
 
 SHAPES = {"1x8192": [8192], "1x32768": [32768], "4x8192": [8192] * 4}
 CALLS = 10
+# GDNCore launch shapes the sweep tries beside its default: (kernel 1 warps, kernel 2 value block, kernel 2 warps)
+SWEEP = ((2, 32, 8), (8, 32, 8), (4, 16, 4), (4, 16, 8), (4, 32, 4), (4, 64, 8))
 
 
-def _implementations(lens: list[int]) -> dict[str, Callable[[], object]]:
+def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], object]]:
+    import dataclasses
+
     import torch
 
     from caovan_kernels import gdn
+    from caovan_kernels.gdn import chunk
+    from caovan_kernels.gdn._common import dot_plan
     from caovan_kernels.turing import vllm_kernels as vk
 
     p = vk.gdn_prefill_inputs(lens, "cuda", torch.Generator().manual_seed(0))
     h0_kv = p.h0.transpose(-1, -2).contiguous()
     cu32 = p.cu_seqlens.to(torch.int32)
-    impls: dict[str, Callable[[], object]] = {
-        "GDNCore": lambda: gdn.chunk_gated_delta_rule(p.q, p.k, p.v, p.g, p.beta, initial_state=h0_kv,
-                                                      output_final_state=True, cu_seqlens=cu32),
-    }
+
+    def gdncore(blocks: object = None) -> Callable[[], object]:
+        return lambda: gdn.chunk_gated_delta_rule(p.q, p.k, p.v, p.g, p.beta, initial_state=h0_kv,
+                                                  output_final_state=True, cu_seqlens=cu32, blocks=blocks)
+
+    impls: dict[str, Callable[[], object]] = {"GDNCore": gdncore()}
+    if sweep:
+        K, V = p.q.shape[-1], p.v.shape[-1]
+        default = chunk.prefill_blocks(K, V, dot_plan(p.q, K, V).form)
+        for warps1, bv, warps2 in SWEEP:
+            blocks = dataclasses.replace(default, warps1=warps1, bv=bv, warps2=warps2)
+            impls[f"GDNCore k1 w{warps1}, k2 BV={bv} w{warps2}"] = gdncore(blocks)
     try:
         import fla.ops.gated_delta_rule as fla
         from fla.ops.utils import prepare_chunk_indices
@@ -75,16 +90,25 @@ def _profile(fn: Callable[[], object]) -> dict[str, float]:
     return dict(per_kernel)
 
 
-def _child(path: str, shapes: list[str], only: str | None, plain: bool, out: Path) -> None:
+def _child(path: str, shapes: list[str], only: str | None, plain: bool, sweep: bool, out: Path) -> None:
     from caovan_kernels.turing import paths
 
     described = paths.enter(path)
     print(f"[{path}] {described}", file=sys.stderr, flush=True)
     result: dict[str, dict[str, dict[str, float]]] = {}
     for shape in shapes:
-        for impl, fn in _implementations(SHAPES[shape]).items():
+        reference = None
+        for impl, fn in _implementations(SHAPES[shape], sweep).items():
             if only and impl != only:
                 continue
+            if impl.startswith("GDNCore"):  # every launch shape must compute the same: checked against the default's
+                out = fn()[0].float()
+                if reference is None:
+                    reference = out
+                else:
+                    diff = ((out - reference).norm() / reference.norm()).item()
+                    print(f"[{path}] {shape} {impl}: output differs from the default's by {diff:.1e} (relative L2)",
+                          file=sys.stderr, flush=True)
             if plain:  # for an outside profiler (ncu): calls only, torch's profiler would compete for the counters
                 for _ in range(3 + CALLS):
                     fn()
@@ -112,13 +136,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="JSON of every path's breakdown")
     parser.add_argument("--only", help="one implementation (GDNCore, fla-core, vLLM)")
     parser.add_argument("--plain", action="store_true", help="run the calls without torch's profiler (for ncu)")
+    parser.add_argument("--sweep", action="store_true", help="GDNCore under other launch shapes too")
     opts = parser.parse_args()
     shapes = [s for s in opts.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
     if opts.path:
-        _child(opts.path, shapes, opts.only, opts.plain, opts.out)
+        _child(opts.path, shapes, opts.only, opts.plain, opts.sweep, opts.out)
         return 0
     from caovan_kernels.turing import paths
 
@@ -126,7 +151,7 @@ def main() -> int:
     for path in paths.chosen(opts.paths):
         out = Path(f"/tmp/gdn_breakdown_{path}.json")
         extra = ["--shapes", ",".join(shapes)] + (["--only", opts.only] if opts.only else []) + \
-            (["--plain"] if opts.plain else [])
+            (["--plain"] if opts.plain else []) + (["--sweep"] if opts.sweep else [])
         results[path] = paths.run_child(Path(__file__), path, extra, out, 1800)
         print(table(path, results[path]), flush=True)
     if opts.out:
