@@ -15,6 +15,7 @@ step must read and write over the copy bandwidth measured in the same run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import statistics
@@ -22,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import triton
@@ -29,6 +31,9 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update  # noqa: E402
+
+if TYPE_CHECKING:
+    from caovan_kernels.gdn.chunk import PrefillBlocks
 
 TP = {"TP1": (16, 48), "TP2": (8, 24)}
 K = V = 128
@@ -185,14 +190,12 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
 
 def sweep() -> None:
     """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged)."""
-    import dataclasses
-
     from caovan_kernels.gdn import chunk, recurrent
-    from caovan_kernels.gdn._common import dot_plan
+    from caovan_kernels.gdn._common import compile_arch, dot_plan
 
     H, HV = TP["TP2"]
     default_decode = recurrent.decode_blocks
-    for bv, warps in ((16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8)):
+    for bv, warps in ((8, 1), (8, 2), (16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8)):
         recurrent.decode_blocks = lambda dk, dv, fma, bv=bv, warps=warps: (128, bv, warps)
         recurrent._launch_cache.clear()
         for T in (1, 4):
@@ -201,11 +204,25 @@ def sweep() -> None:
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
     form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
-    default = chunk.prefill_blocks(K, V, form)
-    for warps1, bv, warps2 in ((2, 32, 8), (4, 32, 8), (8, 32, 8), (4, 16, 4), (4, 16, 8), (4, 32, 4), (4, 64, 8)):
-        blocks = dataclasses.replace(default, warps1=warps1, bv=bv, warps2=warps2)
+    for blocks in prefill_variants(chunk.prefill_blocks(K, V, form), compile_arch("cuda", None)):
         fns = prefill_case(H, HV, [8192], blocks)
         print(f"sweep prefill 1x8192 {blocks}: {gpu_time_us(fns['caovan'], 1, 5):.1f} us", flush=True)
+
+
+# Launch shapes the prefill sweeps try: kernel 1's warps with kernel 2 as by default, then kernel 2's value block
+# and warps with kernel 1 as by default (the two kernels are timed apart, so each variant moves one of them).
+SWEEP_WARPS1 = (1, 2, 4, 8)
+SWEEP_KERNEL2 = ((16, 4), (16, 8), (32, 4), (32, 8), (64, 4), (64, 8))
+
+
+def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["PrefillBlocks"]:
+    """The sweep's launch shapes around `default` that kernel 2 can run with on `arch` (chunk.launchable)."""
+    from caovan_kernels.gdn import chunk
+
+    variants = [dataclasses.replace(default, warps1=w) for w in SWEEP_WARPS1 if w != default.warps1]
+    variants += [dataclasses.replace(default, bv=bv, warps2=w) for bv, w in SWEEP_KERNEL2
+                 if (bv, w) != (default.bv, default.warps2)]
+    return [b for b in variants if chunk.launchable(b, arch)]
 
 
 def _fmt_ratio(ours: float, peer: float | None) -> str:

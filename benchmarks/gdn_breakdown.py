@@ -24,18 +24,15 @@ sys.path.insert(0, str(ROOT))
 
 SHAPES = {"1x8192": [8192], "1x32768": [32768], "4x8192": [8192] * 4}
 CALLS = 10
-# GDNCore launch shapes the sweep tries beside its default: (kernel 1 warps, kernel 2 value block, kernel 2 warps)
-SWEEP = ((2, 32, 8), (8, 32, 8), (4, 16, 4), (4, 16, 8), (4, 32, 4), (4, 64, 8))
 
 
 def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], object]]:
-    import dataclasses
-
     import torch
+    from gdn_bench import prefill_variants
 
     from caovan_kernels import gdn
     from caovan_kernels.gdn import chunk
-    from caovan_kernels.gdn._common import dot_plan
+    from caovan_kernels.gdn._common import compile_arch, dot_plan
     from caovan_kernels.turing import vllm_kernels as vk
 
     p = vk.gdn_prefill_inputs(lens, "cuda", torch.Generator().manual_seed(0))
@@ -50,9 +47,8 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
     if sweep:
         K, V = p.q.shape[-1], p.v.shape[-1]
         default = chunk.prefill_blocks(K, V, dot_plan(p.q, K, V).form)
-        for warps1, bv, warps2 in SWEEP:
-            blocks = dataclasses.replace(default, warps1=warps1, bv=bv, warps2=warps2)
-            impls[f"GDNCore k1 w{warps1}, k2 BV={bv} w{warps2}"] = gdncore(blocks)
+        for blocks in prefill_variants(default, compile_arch("cuda", None)):
+            impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}"] = gdncore(blocks)
     try:
         import fla.ops.gated_delta_rule as fla
         from fla.ops.utils import prepare_chunk_indices
@@ -102,11 +98,11 @@ def _child(path: str, shapes: list[str], only: str | None, plain: bool, sweep: b
             if only and impl != only:
                 continue
             if impl.startswith("GDNCore"):  # every launch shape must compute the same: checked against the default's
-                out = fn()[0].float()
+                output = fn()[0].float()
                 if reference is None:
-                    reference = out
+                    reference = output
                 else:
-                    diff = ((out - reference).norm() / reference.norm()).item()
+                    diff = ((output - reference).norm() / reference.norm()).item()
                     print(f"[{path}] {shape} {impl}: output differs from the default's by {diff:.1e} (relative L2)",
                           file=sys.stderr, flush=True)
             if plain:  # for an outside profiler (ncu): calls only, torch's profiler would compete for the counters

@@ -22,6 +22,8 @@ from caovan_manager import embedded
 from caovan_manager.demo import build
 from tests.support.engine import Engine, start_engine, stop_engine
 
+pytest_plugins = ("tests.support.random_inputs",)
+
 
 # Random inputs are replayable: one seed per run, printed in the header; `--hypothesis-seed=N` replays run N. No
 # example database (it would write .hypothesis/ into the checkout and replay old inputs silently); no deadline (a
@@ -111,15 +113,6 @@ def pytest_report_header(config: pytest.Config) -> str:
 def random_seed(pytestconfig: pytest.Config) -> int:
     """The run's seed, for tests that draw random inputs without hypothesis."""
     return int(pytestconfig.stash[SEED_KEY])
-
-
-@pytest.fixture
-def gen(request: pytest.FixtureRequest) -> torch.Generator:
-    """A CPU generator with a fresh seed per test (inputs are drawn on the CPU, then moved): the seed is printed
-    (shown on failure) and CAOVAN_TEST_SEED replays it."""
-    seed = int(os.environ.get("CAOVAN_TEST_SEED", "0")) or int.from_bytes(os.urandom(4), "little")
-    print(f"\n[{request.node.name}] seed={seed} (replay: CAOVAN_TEST_SEED={seed})")
-    return torch.Generator().manual_seed(seed)
 
 
 @pytest.fixture(scope="session")

@@ -21,14 +21,14 @@ the same algorithm in plain torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
 import triton.language as tl
 
 from caovan_kernels.gdn._common import (
-    CHUNK, FMA, SUB, TURING_MMA, DotPlan, check_heads, dot_plan, head_block, token_major,
+    CHUNK, FMA, SUB, TURING_MMA, DotPlan, check_heads, compile_arch, dot_plan, head_block, token_major,
 )
 from caovan_kernels.gdn.l2norm import l2norm_scale
 
@@ -405,19 +405,33 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     sm_80 / sm_90 find free of spills.
 
     Kernel 1 takes 16 key columns at a time in every form: its ten 16x16 accumulators, then the inverse's blocks,
-    spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Kernel 2 keeps
-    the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long sequence); at BK 256
-    on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers would not
-    hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state in scratch
-    in 32-row slices with 16-wide value blocks.
+    spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Its 16x16
+    products are small for 4 warps: in the Turing MMA form 2 ran it in half the time (Turing proxy, H200,
+    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192). Kernel 2 keeps the fp32 state
+    tile in registers with tensor cores (BV 32: enough programs for one long sequence; on sm_75 8 warps, at 4 the
+    tile spills; on sm_80+ 4, see MAX_WGMMA_WARPS2); at BK 256 on sm_75 the state goes through scratch in 128-row
+    slices with 16-wide value blocks, where registers would not hold it. Where tl.dot is FMA (sm_75 without
+    TensorCore75, the interpreter), kernel 2 keeps the state in scratch in 32-row slices with 16-wide value blocks.
     """
     bk = head_block(dim_k)
     bv = min(32, head_block(dim_v))
     if form == FMA:
         return PrefillBlocks(SUB, 8, bk, min(16, bv), min(32, bk), 8)
-    if form == TURING_MMA and bk > 128:
-        return PrefillBlocks(SUB, 4, bk, 16, 128, 8)
-    return PrefillBlocks(SUB, 4, bk, bv, bk, 8 if bk > 64 else 4)
+    if form == TURING_MMA:
+        if bk > 128:
+            return PrefillBlocks(SUB, 2, bk, 16, 128, 8)
+        return PrefillBlocks(SUB, 2, bk, bv, bk, 8 if bk > 64 else 4)
+    return PrefillBlocks(SUB, 4, bk, bv, bk, MAX_WGMMA_WARPS2)
+
+
+# Kernel 2 at 8 warps compiled for sm_90 (two warpgroups sharing its 64-row wgmma products) reads shared memory out
+# of range in Triton 3.6 (compute-sanitizer on an H200, 2026-12-02); at 4 warps it is correct there.
+MAX_WGMMA_WARPS2 = 4
+
+
+def launchable(blocks: PrefillBlocks, arch: int | None) -> bool:
+    """Whether kernel 2 may run with `blocks` when compiled for `arch` (_common.compile_arch; None: interpreter)."""
+    return arch is None or not 90 <= arch < 100 or blocks.warps2 <= MAX_WGMMA_WARPS2
 
 
 _uniform_bounds: dict[tuple[int, int, torch.device], torch.Tensor] = {}
@@ -528,7 +542,15 @@ def chunk_gated_delta_rule(
 
     table = chunk_indices.to(torch.int32) if chunk_indices is not None else chunk_table(cu, total)
     plan = plan or dot_plan(q, K, V)
-    blocks = blocks or prefill_blocks(K, V, plan.form)
+    arch = compile_arch(device.type, device.index)
+    if blocks is None:
+        blocks = prefill_blocks(K, V, plan.form)
+        if not launchable(blocks, arch):  # a form meant for another GPU, run here (the tests do)
+            blocks = replace(blocks, warps2=MAX_WGMMA_WARPS2)
+    elif not launchable(blocks, arch):
+        raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: kernel 2 takes at most "
+                         f"{MAX_WGMMA_WARPS2} warps there (Triton's code at more reads out of range); pass "
+                         f"warps2={MAX_WGMMA_WARPS2} or leave blocks to chunk.prefill_blocks")
     _chunk_wy_kernel[(table.shape[0], HV)](
         q, k, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
         tinv, aqk, gcum, table, cu,

@@ -17,24 +17,23 @@ class Measured:
     evidence: str
 
 
-# Measured 2026-12-01 on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16,
-# Qwen3.6-27B's GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is
-# 1x8192 / 1x32768 / 4x8192 tokens. Prefill decides: GDNCore's decode is faster on sm_75, but one runs with the other
-# (one layer class), and on a long prompt the prefill loss outweighs what decode steps gain.
-# GDNCore's prefill figures are of its kernels before the 2026-12-02 rework (docs/gdncore.md), not yet timed on a
-# GPU: until they are, these rows stand and say so.
+# Measured on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16, Qwen3.6-27B's
+# GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is 1x8192 / 1x32768
+# / 4x8192 tokens; GDNCore's figures are of its reworked prefill (2026-12-02). Prefill decides: GDNCore's decode is
+# faster on sm_75, but one runs with the other (one layer class), and on a long prompt the prefill loss outweighs
+# what decode steps gain.
 SM75_FMA = Measured(
     "sm_75 with Triton's FMA dots", False,
-    "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms, GDNCore (before its 2026-12-02 rework) 4.78 / 19.7 / 30.2 ms, "
-    "fla-core 16.0 / 62.9 / 60.8 ms; decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us")
+    "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / "
+    "63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", False,
-    "prefill on m16n8k8: vLLM's kernels 0.94 / 3.81 / 2.74 ms, GDNCore's Turing MMA form (before its 2026-12-02 "
-    "rework) 1.26 / 5.18 / 4.66 ms")
+    "prefill on m16n8k8, 2026-12-02: vLLM's kernels 0.94 / 3.80 / 2.73 ms, GDNCore's Turing MMA form 1.09 / 4.31 / "
+    "3.73 ms")
 SM90 = Measured(
     "sm_90", False,
-    "prefill: vLLM's kernels 0.48 / 1.88 / 1.70 ms, GDNCore (before its 2026-12-02 rework) 0.72 / 2.79 / 2.43 ms; "
-    "decode B=64 T=4: 157 us vs GDNCore's 187 us")
+    "prefill, 2026-12-02: vLLM's kernels 0.48 / 1.86 / 1.69 ms, GDNCore 0.74 / 2.90 / 2.49 ms; decode B=64 T=4: "
+    "158 us vs GDNCore's 191 us")
 
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:

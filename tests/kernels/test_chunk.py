@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from gdn_cases import make_inputs, random_states
 
 from caovan_kernels.gdn.accuracy import CHUNK_TOL, rel_err
-from caovan_kernels.gdn import chunk_gated_delta_rule
+from caovan_kernels.gdn import chunk, chunk_gated_delta_rule
 from caovan_kernels.gdn import reference as R
 from caovan_kernels.gdn._common import FMA, TENSOR_CORES, TURING_MMA, DotPlan, plan_for_target
 
@@ -123,6 +125,36 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     errors = [rel_err(out[0], ref_o)] + [rel_err(cache[n + 1].transpose(-1, -2), ref_h[n]) for n in range(2)]
     print(f"{plan}: output {errors[0]:.2e}, final states {errors[1]:.2e} {errors[2]:.2e} (bound {CHUNK_TOL[dtype]})")
     assert max(errors) < CHUNK_TOL[dtype]
+
+
+def test_kernel2_runs_at_most_4_warps_compiled_for_sm90(gen, device, monkeypatch):
+    """Kernel 2 at 8 warps faults when Triton 3.6 compiles it for sm_90 (chunk.MAX_WGMMA_WARPS2): a form whose
+    default is 8 (Turing MMA, K = 128) launches at 4 there, and a caller's explicit 8 is refused before any launch.
+    The compile target is presented as sm_90; the kernels run where the device is (the interpreter on a CPU)."""
+    lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
+    x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
+    monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
+    assert chunk.prefill_blocks(K, V, TURING_MMA).warps2 == 8
+    launched = []
+    kernel2 = chunk._chunk_state_output_kernel
+
+    class Recording:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["num_warps"])
+                return kernel2[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(chunk, "_chunk_state_output_kernel", Recording())
+    o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TURING_MMA])
+    ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, None)
+    assert launched == [chunk.MAX_WGMMA_WARPS2] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+
+    eight = dataclasses.replace(chunk.prefill_blocks(K, V, TENSOR_CORES), warps2=8)
+    with pytest.raises(ValueError, match="at most 4 warps"):
+        chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=eight)
+    assert launched == [chunk.MAX_WGMMA_WARPS2]
+    assert chunk.launchable(eight, 75) and chunk.launchable(eight, None) and not chunk.launchable(eight, 90)
 
 
 def test_a_tensor_core_plan_takes_native_operands():
