@@ -195,7 +195,8 @@ def sweep() -> None:
 
     H, HV = TP["TP2"]
     default_decode = recurrent.decode_blocks
-    for bv, warps in ((8, 1), (8, 2), (16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8)):
+    for bv, warps in ((8, 1), (8, 2), (16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (32, 4), (32, 8), (64, 4),
+                      (64, 8)):
         recurrent.decode_blocks = lambda dk, dv, fma, bv=bv, warps=warps: (128, bv, warps)
         recurrent._launch_cache.clear()
         for T in (1, 4):
