@@ -258,6 +258,34 @@ def _state_offsets(rows_k, cols_v, dim_k, dim_v, V_FIRST: tl.constexpr):
 
 
 @triton.jit
+def _chunk_keys(k_ptr, gcum_ptr, t0, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT: tl.constexpr):
+    """What the chunk at t0 starts kernel 2's chain with: G, G_last and k; all-masked (no access) from eos on."""
+    tok = t0 + rt
+    tm = tok < eos
+    G = tl.load(gcum_ptr + tok * heads_v + hv, mask=tm, other=0.0)
+    # clamped: an empty first sequence would point before the tensor
+    g_last = tl.load(gcum_ptr + tl.maximum(tl.minimum(t0 + BT, eos) - 1, 0) * heads_v + hv)
+    k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+    return G, g_last, k
+
+
+@triton.jit
+def _chunk_rest(
+    q_ptr, v_ptr, tinv_ptr, aqk_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
+    stride_q, stride_v, heads_v, dim_k, dim_v, BT: tl.constexpr,
+):  # fmt: skip
+    """The chunk at t0's q, v, Ti and Aqk (needed after its first product)."""
+    tok = t0 + rt
+    tm = tok < eos
+    hrow = tok * heads_v + hv
+    q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
+    v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+    ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+    a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+    return q, v, ti, a
+
+
+@triton.jit
 def _chunk_state_output_kernel(
     q_ptr, k_ptr, v_ptr, tinv_ptr, aqk_ptr, gcum_ptr, o_ptr,
     h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, scratch_ptr,
@@ -265,7 +293,7 @@ def _chunk_state_output_kernel(
     heads_k, heads_v, dim_k, dim_v,
     h0_mode, ht_mode, use_has_h0,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SPLIT_K: tl.constexpr, V_FIRST: tl.constexpr,
-    DOT: tl.constexpr, NATIVE: tl.constexpr,
+    DOT: tl.constexpr, NATIVE: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
 
@@ -276,6 +304,13 @@ def _chunk_state_output_kernel(
     state lives in a per-program fp32 scratch (L1/L2 resident) and the products with it run over SPLIT_K-row slices.
     NATIVE: products take operands in the input dtype with fp32 accumulation (what tensor cores take; the state is
     rounded only as an operand and stays fp32 between chunks). In the interpreter, fp16 only (its bf16 dot is broken).
+    PREFETCH (register state only): the next chunk's keys (k, G) are loaded into registers while this one computes.
+    The chunks' chain of products is serial and starts with k S, and sm_75 has no asynchronous copy to hide the
+    load's latency otherwise; the rest of a chunk's inputs are first used later in the chain (and more registers
+    spill on sm_75: the whole chunk prefetched spills 416 bytes at K=V=128, 8 warps).
+    Without PREFETCH the loads keep their places next to their first use: compiled for sm_90 (wgmma), Triton 3.6
+    computes this loop wrongly once v, Ti and Aqk are read before the first products or k is loaded ahead (H200,
+    2026-12-02: relative errors near 1 at K=V=128), so the sm_80+ form does not prefetch.
     """
     iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
@@ -310,24 +345,36 @@ def _chunk_state_output_kernel(
         S = tl.zeros([BK, BV], dtype=tl.float32)
         if load_h0:
             S = tl.load(h0_base + state_off, mask=state_mask, other=0.0).to(tl.float32)
+        if PREFETCH:
+            G_n, gl_n, k_n = _chunk_keys(k_ptr, gcum_ptr, bos, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT)
         for t0 in range(bos, eos, BT):
             tok = t0 + rt
             tm = tok < eos
             hrow = tok * heads_v + hv
-            G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
-            g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
-            key_rows = tm[:, None] & km[None, :]
-            k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
-            q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
+            if PREFETCH:  # keys loaded during the last chunk; the next chunk's keys and this one's rest set off now
+                G, g_last, k = G_n, gl_n, k_n
+                G_n, gl_n, k_n = _chunk_keys(k_ptr, gcum_ptr, t0 + BT, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT)
+                q, v, ti, a = _chunk_rest(q_ptr, v_ptr, tinv_ptr, aqk_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
+                                          stride_q, stride_v, heads_v, dim_k, dim_v, BT)
+                k, q = k.to(op_t), q.to(op_t)
+            else:
+                G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
+                g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
+                key_rows = tm[:, None] & km[None, :]
+                k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
+                q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
             S_op = S.to(op_t)
             ks = tl.dot(k, S_op, input_precision=DOT)
             qs = tl.dot(q, S_op, input_precision=DOT)
-            v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+            if not PREFETCH:
+                v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
             e_g = tl.exp(G)
             residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
-            ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            if not PREFETCH:
+                ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
-            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            if not PREFETCH:
+                a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
             tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
             v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
@@ -398,6 +445,11 @@ class PrefillBlocks:
     bv: int
     split_k: int
     warps2: int
+    prefetch: bool = False  # kernel 2 loads the next chunk's keys during this one (register state only)
+
+    def __post_init__(self) -> None:
+        if self.prefetch and self.split_k != self.bk:
+            raise ValueError(f"kernel 2 prefetches only with the state in registers (split_k == bk), got {self}")
 
 
 def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
@@ -407,11 +459,14 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     Kernel 1 takes 16 key columns at a time in every form: its ten 16x16 accumulators, then the inverse's blocks,
     spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Its 16x16
     products are small for 4 warps: in the Turing MMA form 2 ran it in half the time (Turing proxy, H200,
-    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192). Kernel 2 keeps the fp32 state
-    tile in registers with tensor cores (BV 32: enough programs for one long sequence; on sm_75 8 warps, at 4 the
-    tile spills; on sm_80+ 4, see MAX_WGMMA_WARPS2); at BK 256 on sm_75 the state goes through scratch in 128-row
-    slices with 16-wide value blocks, where registers would not hold it. Where tl.dot is FMA (sm_75 without
-    TensorCore75, the interpreter), kernel 2 keeps the state in scratch in 32-row slices with 16-wide value blocks.
+    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192; 1 warp, 142 us, spills 88 bytes
+    on sm_75). Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one
+    long sequence); on sm_75 it loads the next chunk's keys ahead (prefetch) at 8 warps (same run, TP2 1x8192: 518
+    us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with vLLM's [V, K]
+    state layout, as does 4 without prefetch at K 128); on sm_80+ it runs at 4 warps without prefetch (launchable).
+    At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
+    would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
+    in scratch in 32-row slices with 16-wide value blocks.
     """
     bk = head_block(dim_k)
     bv = min(32, head_block(dim_v))
@@ -420,18 +475,27 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     if form == TURING_MMA:
         if bk > 128:
             return PrefillBlocks(SUB, 2, bk, 16, 128, 8)
-        return PrefillBlocks(SUB, 2, bk, bv, bk, 8 if bk > 64 else 4)
+        return PrefillBlocks(SUB, 2, bk, bv, bk, 8, prefetch=True)
     return PrefillBlocks(SUB, 4, bk, bv, bk, MAX_WGMMA_WARPS2)
 
 
-# Kernel 2 at 8 warps compiled for sm_90 (two warpgroups sharing its 64-row wgmma products) reads shared memory out
-# of range in Triton 3.6 (compute-sanitizer on an H200, 2026-12-02); at 4 warps it is correct there.
+# Compiled for sm_90, Triton 3.6's code for kernel 2 (H200, compute-sanitizer, 2026-12-02): at 8 warps (two
+# warpgroups sharing its 64-row wgmma products) it reads shared memory out of range; at 4 it is correct only when
+# its key rows are copied to shared memory asynchronously (16-byte aligned rows, loads beside their first use): with
+# a head dim of 100 in fp16, or with prefetch, its products come out wrong. Below 4 warps Triton emits mma.sync
+# instead of wgmma, which was right in all of those cases.
 MAX_WGMMA_WARPS2 = 4
+MMA_SYNC_WARPS2 = 2
 
 
-def launchable(blocks: PrefillBlocks, arch: int | None) -> bool:
-    """Whether kernel 2 may run with `blocks` when compiled for `arch` (_common.compile_arch; None: interpreter)."""
-    return arch is None or not 90 <= arch < 100 or blocks.warps2 <= MAX_WGMMA_WARPS2
+def launchable(blocks: PrefillBlocks, arch: int | None, key_row_bytes: int = 0) -> bool:
+    """Whether kernel 2 may run with `blocks` when compiled for `arch` (_common.compile_arch; None: interpreter)
+    on key rows of `key_row_bytes` (head dim x element size): on sm_90 at most MAX_WGMMA_WARPS2 warps, no prefetch,
+    and fewer than 4 warps where the rows are not 16-byte aligned (see above)."""
+    if arch is None or not 90 <= arch < 100:
+        return True
+    wgmma = blocks.warps2 >= 4
+    return blocks.warps2 <= MAX_WGMMA_WARPS2 and not blocks.prefetch and not (wgmma and key_row_bytes % 16)
 
 
 _uniform_bounds: dict[tuple[int, int, torch.device], torch.Tensor] = {}
@@ -543,14 +607,17 @@ def chunk_gated_delta_rule(
     table = chunk_indices.to(torch.int32) if chunk_indices is not None else chunk_table(cu, total)
     plan = plan or dot_plan(q, K, V)
     arch = compile_arch(device.type, device.index)
+    row_bytes = K * k.element_size()
     if blocks is None:
         blocks = prefill_blocks(K, V, plan.form)
-        if not launchable(blocks, arch):  # a form meant for another GPU, run here (the tests do)
-            blocks = replace(blocks, warps2=MAX_WGMMA_WARPS2)
-    elif not launchable(blocks, arch):
+        if not launchable(blocks, arch, row_bytes):  # sm_90, or a form meant for another GPU run there (tests)
+            warps = MMA_SYNC_WARPS2 if row_bytes % 16 else min(blocks.warps2, MAX_WGMMA_WARPS2)
+            blocks = replace(blocks, warps2=warps, prefetch=False)
+    elif not launchable(blocks, arch, row_bytes):
         raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: kernel 2 takes at most "
-                         f"{MAX_WGMMA_WARPS2} warps there (Triton's code at more reads out of range); pass "
-                         f"warps2={MAX_WGMMA_WARPS2} or leave blocks to chunk.prefill_blocks")
+                         f"{MAX_WGMMA_WARPS2} warps, no prefetch and, with key rows of {row_bytes} bytes (not a "
+                         f"multiple of 16), fewer than 4 warps there (Triton 3.6's code reads out of range or "
+                         f"computes wrong results otherwise); leave blocks to chunk.prefill_blocks")
     _chunk_wy_kernel[(table.shape[0], HV)](
         q, k, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
         tinv, aqk, gcum, table, cu,
@@ -593,6 +660,6 @@ def chunk_gated_delta_rule(
         H, HV, K, V,
         h0_mode, ht_mode, int(has_initial_state is not None),
         BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
-        NATIVE=plan.native, num_warps=blocks.warps2,
+        NATIVE=plan.native, PREFETCH=blocks.prefetch, num_warps=blocks.warps2,
     )  # fmt: skip
     return o, final

@@ -95,9 +95,10 @@ def launch_configs() -> list[Config]:
             fn = chunk._chunk_wy_kernel
             configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
             for v_first in (False, True):
-                ce = {"BT": CHUNK, "BK": b.bk, "BV": b.bv, "SPLIT_K": b.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True}
+                ce = {"BT": CHUNK, "BK": b.bk, "BV": b.bv, "SPLIT_K": b.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
+                      "PREFETCH": b.prefetch}
                 fn = chunk._chunk_state_output_kernel
-                label = f"{form} K=V={dim} BK={b.bk} BV={b.bv} SK={b.split_k} w{b.warps2} {'VK' if v_first else 'KV'}"
+                label = f"{form} K=V={dim} BK={b.bk} BV={b.bv} SK={b.split_k} w{b.warps2}{' pf' if b.prefetch else ''} {'VK' if v_first else 'KV'}"
                 configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps2, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, fma_only=True)
         for v_first in (False, True):

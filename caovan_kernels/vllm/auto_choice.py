@@ -27,9 +27,9 @@ SM75_FMA = Measured(
     "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / "
     "63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
-    "sm_75 with TensorCore75", False,
-    "prefill on m16n8k8, 2026-12-02: vLLM's kernels 0.94 / 3.80 / 2.73 ms, GDNCore's Turing MMA form 1.09 / 4.31 / "
-    "3.73 ms")
+    "sm_75 with TensorCore75", True,
+    "prefill on m16n8k8, 2026-12-02 (kernel 2 loading keys ahead): GDNCore 0.80 / 3.10 / 2.60 ms, vLLM's kernels "
+    "0.94 / 3.79 / 2.72 ms; decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us (2026-12-01)")
 SM90 = Measured(
     "sm_90", False,
     "prefill, 2026-12-02: vLLM's kernels 0.48 / 1.86 / 1.69 ms, GDNCore 0.74 / 2.90 / 2.49 ms; decode B=64 T=4: "

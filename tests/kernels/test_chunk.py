@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import pytest
 import torch
@@ -127,34 +128,84 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     assert max(errors) < CHUNK_TOL[dtype]
 
 
-def test_kernel2_runs_at_most_4_warps_compiled_for_sm90(gen, device, monkeypatch):
-    """Kernel 2 at 8 warps faults when Triton 3.6 compiles it for sm_90 (chunk.MAX_WGMMA_WARPS2): a form whose
-    default is 8 (Turing MMA, K = 128) launches at 4 there, and a caller's explicit 8 is refused before any launch.
-    The compile target is presented as sm_90; the kernels run where the device is (the interpreter on a CPU)."""
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_kernel2_with_and_without_prefetch(gen, device, prefetch):
+    """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
+    benchmark sweeps both): an empty first sequence (whose ahead-load must stay in bounds), one shorter than a
+    chunk, one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90,
+    where Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
+    lens, H, HV, K, V, dtype = [0, 5, 130], 1, 2, 32, 32, torch.float16
+    cu = [0, 0, 5, 135]
+    x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
+    h0 = random_states(gen, len(lens), HV, K, V, device)
+    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch)
+    assert blocks.split_k == blocks.bk
+    out = _poisoned((1, cu[-1], HV, V), dtype, device)
+    call = functools.partial(
+        chunk_gated_delta_rule, x.q, x.k, x.v, x.g, x.beta, initial_state=h0, output_final_state=True,
+        core_attn_out=out, cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), plan=PLANS[TURING_MMA],
+        blocks=blocks,
+    )  # fmt: skip
+    if not chunk.launchable(blocks, chunk.compile_arch(device.type, device.index)):
+        with pytest.raises(ValueError, match="no prefetch"):
+            call()
+        return
+    _, ht = call()
+    ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, cu, h0)
+    assert rel_err(out[0], ref_o) < CHUNK_TOL[dtype]
+    assert torch.equal(ht[0], h0[0])  # no tokens: the state passes through
+    for n in (1, 2):
+        assert rel_err(ht[n], ref_h[n]) < CHUNK_TOL[dtype], f"sequence {n}"
+
+
+def test_prefetch_needs_the_state_in_registers():
+    with pytest.raises(ValueError, match="split_k == bk"):
+        dataclasses.replace(chunk.prefill_blocks(256, 256, TURING_MMA), prefetch=True)
+
+
+def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monkeypatch):
+    """Compiled for sm_90, Triton 3.6's code for kernel 2 faults at 8 warps and is wrong with prefetch or, on wgmma,
+    with key rows that are not 16-byte aligned (chunk.launchable). Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA: 8
+    warps and prefetch; FMA: 8 warps), and a caller's explicit 8 warps or prefetch is refused before any launch. The compile
+    target is presented as sm_90; the kernels run where the device is (the interpreter on a CPU)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
     monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
-    assert chunk.prefill_blocks(K, V, TURING_MMA).warps2 == 8
+    turing, fma = chunk.prefill_blocks(K, V, TURING_MMA), chunk.prefill_blocks(K, V, FMA)
+    assert turing.prefetch and turing.warps2 == 8 and fma.warps2 == 8
     launched = []
     kernel2 = chunk._chunk_state_output_kernel
 
     class Recording:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                launched.append(kwargs["num_warps"])
+                launched.append((kwargs["num_warps"], kwargs["PREFETCH"]))
                 return kernel2[grid](*args, **kwargs)
             return launch
 
     monkeypatch.setattr(chunk, "_chunk_state_output_kernel", Recording())
-    o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TURING_MMA])
     ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, None)
-    assert launched == [chunk.MAX_WGMMA_WARPS2] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    for form in (TURING_MMA, FMA):
+        o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[form])
+        assert rel_err(o[0], ref_o) < CHUNK_TOL[dtype], form
+    assert launched == [(chunk.MAX_WGMMA_WARPS2, False)] * 2
 
-    eight = dataclasses.replace(chunk.prefill_blocks(K, V, TENSOR_CORES), warps2=8)
-    with pytest.raises(ValueError, match="at most 4 warps"):
-        chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=eight)
-    assert launched == [chunk.MAX_WGMMA_WARPS2]
-    assert chunk.launchable(eight, 75) and chunk.launchable(eight, None) and not chunk.launchable(eight, 90)
+    default = chunk.prefill_blocks(K, V, TENSOR_CORES)
+    for refused in (dataclasses.replace(default, warps2=8), dataclasses.replace(default, prefetch=True)):
+        with pytest.raises(ValueError, match="at most 4 warps, no prefetch"):
+            chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=refused)
+        assert chunk.launchable(refused, 75) and chunk.launchable(refused, None) and not chunk.launchable(refused, 90)
+    assert len(launched) == 2
+
+    # head dim 100 in fp16: key rows of 200 bytes, which Triton cannot copy asynchronously; mma.sync takes them
+    x = make_inputs(gen, 1, 63, 1, 2, 100, 64, dtype, "mild", device)
+    o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES])
+    ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 100**-0.5, None)
+    assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, False)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    with pytest.raises(ValueError, match="key rows of 200 bytes"):
+        chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES],
+                               blocks=chunk.prefill_blocks(100, 64, TENSOR_CORES))
+    assert len(launched) == 3
 
 
 def test_a_tensor_core_plan_takes_native_operands():
