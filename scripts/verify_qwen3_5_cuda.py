@@ -3,6 +3,7 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
 
     python scripts/verify_qwen3_5_cuda.py start RUN MODEL_DIR --out-dir DIR
     python scripts/verify_qwen3_5_cuda.py serve RUN --out-dir DIR [--timeout S]
+    python scripts/verify_qwen3_5_cuda.py serve-ready DIR [--for S]
     python scripts/verify_qwen3_5_cuda.py compare DIR [--report FILE]
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
@@ -16,7 +17,8 @@ caching; pinned beside it: the Triton attention backend (what vLLM picks on sm_7
 four engines share the GPU, and eager mode on the proxy (its Triton kernels compile for minutes each start). `serve`
 waits for ready, sends 10 prompts x 128 greedy tokens through the daemon's /v1 with the official client, records
 /status, the engine's draft acceptance and which quantized linear kernel vLLM chose, then stops the daemon with
-Ctrl-C. `compare` holds each gdncore run to its stock twin: identical greedy tokens (or a rounding tie), acceptance
+Ctrl-C. `serve-ready` runs `serve` for every started daemon of DIR as it becomes ready, side by side, and leaves
+those still starting for its next call (GPU commands are time-limited). `compare` holds each gdncore run to its stock twin: identical greedy tokens (or a rounding tie), acceptance
 within 2 points, the markers, /status naming the model with MTP and acceptance; it exits 0 when all hold.
 CI cannot run it (no GPU there); its results go to docs/verification.md.
 """
@@ -32,6 +34,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -156,6 +159,38 @@ def serve(run: str, out_dir: Path, timeout_s: float) -> int:
     return 0 if "error" not in result else 1
 
 
+def _status_state(port: int) -> str | None:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/status", timeout=5).json().get("state")
+    except httpx.HTTPError:
+        return None
+
+
+def serve_ready(out_dir: Path, for_s: float) -> int:
+    """`serve` every run started in out_dir that has no result yet, each as soon as its daemon is ready (or has
+    failed or died), in parallel, for up to for_s seconds; runs still starting then are left running for a later
+    call (a GPU session's commands are time-limited, and the proxy engines start for minutes)."""
+    runs = sorted(p.name.removesuffix(".start.json") for p in out_dir.glob("*.start.json"))
+    if not runs:
+        print(f"no daemon was started in {out_dir} (no RUN.start.json there): run `start` first", file=sys.stderr)
+        return 2
+    pending = {run for run in runs if not _files(out_dir, run)["json"].exists()}
+    codes: dict[str, Future] = {}
+    deadline = time.monotonic() + for_s
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        while pending and time.monotonic() < deadline:
+            for run in sorted(pending):
+                meta = json.loads(_files(out_dir, run)["meta"].read_text())
+                if not _group_alive(meta["pid"]) or _status_state(meta["port"]) in ("ready", "failed"):
+                    codes[run] = pool.submit(serve, run, out_dir, 30)
+                    pending.discard(run)
+            time.sleep(3)
+    for run in sorted(pending):
+        print(f"{run}: still starting after {for_s:.0f} s; left running, call serve-ready again")
+    failed = [run for run, code in codes.items() if code.result() != 0]
+    return 0 if not pending and not failed else 1
+
+
 def _versions() -> dict[str, str]:
     import torch
     import triton
@@ -232,6 +267,9 @@ def main() -> int:
     p.add_argument("run")
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--timeout", type=float, default=540)
+    p = sub.add_parser("serve-ready")
+    p.add_argument("out_dir", type=Path)
+    p.add_argument("--for", dest="for_s", type=float, default=500, help="seconds to wait for daemons to be ready")
     p = sub.add_parser("compare")
     p.add_argument("out_dir", type=Path)
     p.add_argument("--report", type=Path)
@@ -241,6 +279,8 @@ def main() -> int:
         return 0
     if opts.command == "serve":
         return serve(opts.run, opts.out_dir, opts.timeout)
+    if opts.command == "serve-ready":
+        return serve_ready(opts.out_dir, opts.for_s)
     ok, report = compare(opts.out_dir)
     print(report)
     if opts.report:
