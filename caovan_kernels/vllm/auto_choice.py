@@ -19,9 +19,9 @@ class Measured:
 
 # Measured on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16, Qwen3.6-27B's
 # GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is 1x8192 / 1x32768
-# / 4x8192 tokens; GDNCore's figures are of its reworked prefill (2026-12-02). Prefill decides: GDNCore's decode is
-# faster on sm_75, but one runs with the other (one layer class), and on a long prompt the prefill loss outweighs
-# what decode steps gain.
+# / 4x8192 tokens; GDNCore's figures are of its reworked prefill (2026-12-02). Prefill decides: one layer class runs
+# both prefill and decode, and on a long prompt the prefill outweighs what the decode steps gain or lose (GDNCore's
+# small-batch decode is faster on sm_75 either way).
 SM75_FMA = Measured(
     "sm_75 with Triton's FMA dots", False,
     "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / "
