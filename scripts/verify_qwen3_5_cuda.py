@@ -8,7 +8,7 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
 in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off) or gdncore
-(caovan_mode=force: auto keeps vLLM's kernels everywhere since the GDN prefill measurements). `start` launches one
+(caovan_mode=force: GDNCore on both paths; auto picks it on the proxy path only, see auto_choice). `start` launches one
 daemon in its own session and returns, so several engines start side by side on one GPU and a cold start may span
 commands. The engine gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is
 computed here from the real config in tests/caovan_kernels/profile/fixtures), without what needs two cards or the
@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -85,6 +86,11 @@ def _files(out_dir: Path, run: str) -> dict[str, Path]:
 
 
 def start(run: str, model: Path, out_dir: Path) -> None:
+    # vLLM loads plugins by entry point only: with this checkout merely on PYTHONPATH every run would be stock, the
+    # gdncore runs included (their markers missing, which compare reports only after the whole run).
+    if not any(ep.name == "caovan" for ep in metadata.entry_points(group="vllm.general_plugins")):
+        raise SystemExit("caovan is not installed as a package here, so vLLM would not load its plugin: install this "
+                         "checkout (pip install --no-deps ., or a wheel of it built elsewhere) and start again")
     path, _, kernels = RUN_NAME.fullmatch(run).groups()
     files = _files(out_dir, run)
     files["state"].mkdir(parents=True, exist_ok=True)

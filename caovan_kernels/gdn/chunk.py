@@ -453,17 +453,19 @@ class PrefillBlocks:
 
 
 def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
-    """The launch shapes for head dims and a form (_common.FORMS), the ones sm75_fit (sm_75) and a compile for
-    sm_80 / sm_90 find free of spills.
+    """The launch shapes for head dims and a form (_common.FORMS): on sm_75 the ones sm75_fit finds free of spills.
 
     Kernel 1 takes 16 key columns at a time in every form: its ten 16x16 accumulators, then the inverse's blocks,
     spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Its 16x16
     products are small for 4 warps: in the Turing MMA form 2 ran it in half the time (Turing proxy, H200,
-    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192; 1 warp, 142 us, spills 88 bytes
-    on sm_75). Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one
-    long sequence); on sm_75 it loads the next chunk's keys ahead (prefetch) at 8 warps (same run, TP2 1x8192: 518
-    us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with vLLM's [V, K]
-    state layout, as does 4 without prefetch at K 128); on sm_80+ it runs at 4 warps without prefetch (launchable).
+    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192; 1 warp, 142 us, spills 88 bytes on
+    sm_75, where local memory is slow). On sm_80+ it runs at 1 warp: natively on the H200 that took 97 against 305
+    us at 4 warps (TP2 1x8192; 390 against 1228 us at 4x8192), with 296 bytes spilled to local memory that sm_90's
+    large L1 holds; sm_80's compile spills 168 bytes (not measured there). Kernel 2 keeps the fp32 state tile in
+    registers with tensor cores (BV 32: enough programs for one long sequence); on sm_75 it loads the next chunk's
+    keys ahead (prefetch) at 8 warps (same run, TP2 1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4
+    warps took 481 us but spill on sm_75 with vLLM's [V, K] state layout, as does 4 without prefetch at K 128); on
+    sm_80+ it runs at 4 warps without prefetch (launchable).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
@@ -476,7 +478,7 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
         if bk > 128:
             return PrefillBlocks(SUB, 2, bk, 16, 128, 8)
         return PrefillBlocks(SUB, 2, bk, bv, bk, 8, prefetch=True)
-    return PrefillBlocks(SUB, 4, bk, bv, bk, MAX_WGMMA_WARPS2)
+    return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2)
 
 
 # Compiled for sm_90, Triton 3.6's code for kernel 2 (H200, compute-sanitizer, 2026-12-02): at 8 warps (two

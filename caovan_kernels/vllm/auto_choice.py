@@ -32,8 +32,8 @@ SM75_TURING_MMA = Measured(
     "0.94 / 3.79 / 2.72 ms; decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us (2026-12-01)")
 SM90 = Measured(
     "sm_90", False,
-    "prefill, 2026-12-02: vLLM's kernels 0.48 / 1.86 / 1.69 ms, GDNCore 0.74 / 2.90 / 2.49 ms; decode B=64 T=4: "
-    "158 us vs GDNCore's 191 us")
+    "prefill kernels at 1x8192 / 4x8192 tokens, 2026-12-02 (GDNCore's kernel 1 at 1 warp): vLLM's 0.47 / 1.68 ms, "
+    "GDNCore 0.54 / 1.65 ms; decode B=64 T=4: 159 us vs GDNCore's 193 us")
 
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:
