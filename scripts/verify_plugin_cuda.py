@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caovan_kernels.contract import DEVICE_STEPS, DISPATCH, REAL_PREFILL  # noqa: E402
+from caovan_kernels.vllm import require_registered  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
 from tests.support.engine import start_engine, stop_engine  # noqa: E402
@@ -48,6 +49,7 @@ def _versions() -> dict[str, str]:
 
 
 def run(name: str, model: Path, out_dir: Path) -> None:
+    require_registered()  # otherwise every engine runs stock: the gdncore run would only fail compare
     # Triton GDN prefill: the CUDA build of vLLM 0.21 has no FlashInfer GDN prefill installed here.
     config = {**CONFIGS[name], "gdn_prefill_backend": "triton"}
     args = embedded.engine_args() + GPU_ARGS + ["--additional-config", json.dumps(config)]

@@ -35,7 +35,6 @@ import subprocess
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from importlib import metadata
 from pathlib import Path
 
 import httpx
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from caovan_kernels import contract  # noqa: E402
 from caovan_kernels.profile.gpus import parse_inventory  # noqa: E402
 from caovan_kernels.profile.planner import build_profile  # noqa: E402
+from caovan_kernels.vllm import require_registered  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_via  # noqa: E402
 from tests.support.engine import _group_alive, free_port  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
@@ -86,11 +86,7 @@ def _files(out_dir: Path, run: str) -> dict[str, Path]:
 
 
 def start(run: str, model: Path, out_dir: Path) -> None:
-    # vLLM loads plugins by entry point only: with this checkout merely on PYTHONPATH every run would be stock, the
-    # gdncore runs included (their markers missing, which compare reports only after the whole run).
-    if not any(ep.name == "caovan" for ep in metadata.entry_points(group="vllm.general_plugins")):
-        raise SystemExit("caovan is not installed as a package here, so vLLM would not load its plugin: install this "
-                         "checkout (pip install --no-deps ., or a wheel of it built elsewhere) and start again")
+    require_registered()  # otherwise every run is stock, gdncore too: compare would tell only after the whole run
     path, _, kernels = RUN_NAME.fullmatch(run).groups()
     files = _files(out_dir, run)
     files["state"].mkdir(parents=True, exist_ok=True)

