@@ -492,12 +492,11 @@ MMA_SYNC_WARPS2 = 2
 
 def launchable(blocks: PrefillBlocks, arch: int | None, key_row_bytes: int = 0) -> bool:
     """Whether kernel 2 may run with `blocks` when compiled for `arch` (_common.compile_arch; None: interpreter)
-    on key rows of `key_row_bytes` (head dim x element size): on sm_90 at most MAX_WGMMA_WARPS2 warps, no prefetch,
-    and fewer than 4 warps where the rows are not 16-byte aligned (see above)."""
-    if arch is None or not 90 <= arch < 100:
+    on key rows of `key_row_bytes` (head dim x element size). On sm_90 (see above): below 4 warps (mma.sync) as
+    anywhere; on wgmma at most MAX_WGMMA_WARPS2 warps, without prefetch and on 16-byte aligned rows only."""
+    if arch is None or not 90 <= arch < 100 or blocks.warps2 < 4:
         return True
-    wgmma = blocks.warps2 >= 4
-    return blocks.warps2 <= MAX_WGMMA_WARPS2 and not blocks.prefetch and not (wgmma and key_row_bytes % 16)
+    return blocks.warps2 <= MAX_WGMMA_WARPS2 and not blocks.prefetch and not key_row_bytes % 16
 
 
 _uniform_bounds: dict[tuple[int, int, torch.device], torch.Tensor] = {}
@@ -616,10 +615,11 @@ def chunk_gated_delta_rule(
             warps = MMA_SYNC_WARPS2 if row_bytes % 16 else min(blocks.warps2, MAX_WGMMA_WARPS2)
             blocks = replace(blocks, warps2=warps, prefetch=False)
     elif not launchable(blocks, arch, row_bytes):
-        raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: kernel 2 takes at most "
-                         f"{MAX_WGMMA_WARPS2} warps, no prefetch and, with key rows of {row_bytes} bytes (not a "
-                         f"multiple of 16), fewer than 4 warps there (Triton 3.6's code reads out of range or "
-                         f"computes wrong results otherwise); leave blocks to chunk.prefill_blocks")
+        raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: at 4 warps or more kernel 2 "
+                         f"runs on wgmma there, which takes at most {MAX_WGMMA_WARPS2} warps, no prefetch and key "
+                         f"rows that are a multiple of 16 bytes (key rows of {row_bytes} bytes here); Triton 3.6's "
+                         f"code reads out of range or computes wrong results otherwise. Below 4 warps (mma.sync) "
+                         f"any blocks run; or leave blocks to chunk.prefill_blocks")
     _chunk_wy_kernel[(table.shape[0], HV)](
         q, k, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
         tinv, aqk, gcum, table, cu,

@@ -164,10 +164,12 @@ def test_prefetch_needs_the_state_in_registers():
 
 
 def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monkeypatch):
-    """Compiled for sm_90, Triton 3.6's code for kernel 2 faults at 8 warps and is wrong with prefetch or, on wgmma,
-    with key rows that are not 16-byte aligned (chunk.launchable). Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA: 8
-    warps and prefetch; FMA: 8 warps), and a caller's explicit 8 warps or prefetch is refused before any launch. The compile
-    target is presented as sm_90; the kernels run where the device is (the interpreter on a CPU)."""
+    """Compiled for sm_90, Triton 3.6's wgmma code for kernel 2 (4 warps and more) faults at 8 warps and is wrong
+    with prefetch or with key rows that are not 16-byte aligned (chunk.launchable); below 4 warps (mma.sync) all of
+    those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA: 8
+    warps and prefetch; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
+    launch, and prefetch at 2 warps runs. The compile target is presented as sm_90; the kernels run where the device
+    is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
     monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
@@ -196,6 +198,10 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
             chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=refused)
         assert chunk.launchable(refused, 75) and chunk.launchable(refused, None) and not chunk.launchable(refused, 90)
     assert len(launched) == 2
+    mma_sync = dataclasses.replace(default, warps2=chunk.MMA_SYNC_WARPS2, prefetch=True)
+    o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=mma_sync)
+    assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, True)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    del launched[2:]
 
     # head dim 100 in fp16: key rows of 200 bytes, which Triton cannot copy asynchronously; mma.sync takes them
     x = make_inputs(gen, 1, 63, 1, 2, 100, 64, dtype, "mild", device)
