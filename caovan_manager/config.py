@@ -173,8 +173,10 @@ class Settings(BaseSettings):
     state_dir: Path = Field(default_factory=default_state_dir)
     web_dir: Path | None = Field(None, description="Dashboard folder; none = the project's web/.")
     doctor_cache_s: float = Field(300, ge=0)
-    access_log: bool = Field(False, description="A console line per HTTP request (uvicorn's access log). Off by "
-                                                "default: the engine logs each request itself, /metrics counts them.")
+    access_log: bool = Field(False, description="A console line per HTTP request, with the client's address "
+                                                "(uvicorn's access log). Off by default: /metrics counts requests by "
+                                                "model, endpoint and status. The engine's own access log is off "
+                                                "either way (its requests all come from the daemon).")
     engine: EngineSettings = Field(default_factory=EngineSettings)
     supervisor: SupervisorSettings = Field(default_factory=SupervisorSettings)
     proxy: ProxySettings = Field(default_factory=ProxySettings)

@@ -6,7 +6,6 @@ Every method returns at once and reports back through `post`, so the supervisor'
 from __future__ import annotations
 
 import asyncio
-import re
 import shlex
 import time
 from collections.abc import Callable, Coroutine
@@ -43,10 +42,6 @@ from . import probe
 from .gpu import wait_gpu_released
 from .launch import EngineTarget, build_launch, option_value
 from .process import EngineProcess, check_port_free, free_port
-
-
-# Only the daemon talks to the engine's port, so these successful polls are its own.
-OWN_PROBE_ACCESS = re.compile(r'"GET /(metrics|health) HTTP/1\.[01]" 200')
 
 
 @dataclass
@@ -145,8 +140,6 @@ class EngineEffects:
         self.post(Exited(run.run_id, returncode, run.last_line))
 
     def _on_line(self, run: RunHandle, line: str) -> None:
-        if OWN_PROBE_ACCESS.search(line):
-            return  # the engine's access-log line of the daemon's own polling: every few seconds, no information
         masked = self.sink.write(line)["line"]
         level, message = normalise_line(masked)
         if message.strip() and level not in ("INFO", "DEBUG"):

@@ -66,8 +66,12 @@ def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
+    # No access log from the engine: every request it serves comes through the daemon's relay, so each line would
+    # say only "127.0.0.1 POST /v1/... 200", which /metrics already counts by model, endpoint and status; and
+    # reading that line woke the daemon while it relayed the very response (0.15 ms of the hop on the development
+    # machine, docs/benchmarks.md). The daemon's own access log (`access_log`) has the clients' addresses.
     command = [sys.executable, "-m", "caovan_kernels.serve", target.model, *target.args,
-               "--host", "127.0.0.1", "--port", str(port)]
+               "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
     return LaunchSpec(command=command, env=env, cwd=cwd, port=port)
 
 

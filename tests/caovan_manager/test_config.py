@@ -126,7 +126,7 @@ def test_seed_gpu_command_line_goes_through_unchanged(tmp_path):
     spec = build_launch(settings, target, 8123, tmp_path, Path("/store/0.2.0/site"))
     assert spec.command[1:4] == ["-m", "caovan_kernels.serve", "/models/qwen3.6-27b-awq"]
     assert spec.command[4:4 + len(seed)] == seed
-    assert spec.command[-4:] == ["--host", "127.0.0.1", "--port", "8123"]
+    assert spec.command[-5:] == ["--host", "127.0.0.1", "--port", "8123", "--disable-uvicorn-access-log"]
     assert spec.env["PYTHONPATH"].split(":")[0] == "/store/0.2.0/site"
     assert spec.cwd == tmp_path
 
