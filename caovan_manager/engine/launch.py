@@ -13,9 +13,6 @@ from caovan_manager.config import Settings, engine_environment
 
 from .process import LaunchSpec
 
-# The daemon owns these: the engine listens on 127.0.0.1 on the port the daemon chose.
-DAEMON_OWNED_OPTIONS = ("--host", "--port")
-
 
 @dataclass(frozen=True)
 class EngineTarget:
@@ -69,7 +66,8 @@ def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
     # No access log from the engine: every request it serves comes through the daemon's relay, so each line would
     # say only "127.0.0.1 POST /v1/... 200", which /metrics already counts by model, endpoint and status; and
     # reading that line woke the daemon while it relayed the very response (0.15 ms of the hop on the development
-    # machine, docs/benchmarks.md). The daemon's own access log (`access_log`) has the clients' addresses.
+    # machine, docs/benchmarks.md). The daemon's own access log (`access_log`) has the clients' addresses. Host
+    # and port come after the user's arguments: argparse keeps the last, so the engine listens where the daemon chose.
     command = [sys.executable, "-m", "caovan_kernels.serve", target.model, *target.args,
                "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
     return LaunchSpec(command=command, env=env, cwd=cwd, port=port)
