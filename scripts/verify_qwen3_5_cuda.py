@@ -8,19 +8,20 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
 in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off) or gdncore
-(caovan_mode=force: GDNCore on both paths; auto picks it on the proxy path only, see auto_choice). `start` launches one
-daemon in its own session and returns, so several engines start side by side on one GPU and a cold start may span
-commands. The engine gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is
-computed here from the real config in tests/caovan_kernels/profile/fixtures), without what needs two cards or the
-whole card: dtype half, MTP=3, 4 sequences, 2048-token prefill chunks, the KV dtype it picks, vLLM's default prefix
-caching; pinned beside it: the Triton attention backend (what vLLM picks on sm_75), a small fixed KV budget so that
-four engines share the GPU, and eager mode on the proxy (its Triton kernels compile for minutes each start). `serve`
-waits for ready, sends 10 prompts x 128 greedy tokens through the daemon's /v1 with the official client, records
-/status, the engine's draft acceptance and which quantized linear kernel vLLM chose, then stops the daemon with
-Ctrl-C. `serve-ready` runs `serve` for every started daemon of DIR as it becomes ready, side by side, and leaves
-those still starting for its next call (GPU commands are time-limited). `compare` holds each gdncore run to its stock twin: identical greedy tokens (or a rounding tie), acceptance
-within 2 points, the markers, /status naming the model with MTP and acceptance; it exits 0 when all hold.
-CI cannot run it (no GPU there); its results go to docs/verification.md.
+(caovan_mode=force: GDNCore on both paths; auto picks it on the proxy path only, see auto_choice). `start` (which
+needs this project installed as a package: vLLM finds the plugin by entry point) launches one daemon in its own
+session and returns, so several engines start side by side on one GPU and a cold start may span commands. The engine
+gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is computed here from the real
+config in tests/caovan_kernels/profile/fixtures), without what needs two cards or the whole card: dtype half, MTP=3,
+4 sequences, 2048-token prefill chunks, the KV dtype it picks, vLLM's default prefix caching; pinned beside it: the
+Triton attention backend (what vLLM picks on sm_75), a small fixed KV budget so that four engines share the GPU, and
+eager mode on the proxy (its Triton kernels compile for minutes each start). `serve` waits for ready, sends 10
+prompts x 128 greedy tokens through the daemon's /v1 with the official client, records /status, the engine's draft
+acceptance and which quantized linear kernel vLLM chose, then stops the daemon with Ctrl-C. `serve-ready` runs
+`serve` for every started daemon of DIR as it becomes ready, side by side, and leaves those still starting for its
+next call (GPU commands are time-limited). `compare` holds each gdncore run to its stock twin: identical greedy
+tokens (or a rounding tie), acceptance within 2 points, the markers, /status naming the model with MTP and
+acceptance; it exits 0 when all hold. CI cannot run it (no GPU there); its results go to docs/verification.md.
 """
 
 from __future__ import annotations
