@@ -1,13 +1,17 @@
-"""The /v1 relay over real sockets (uvicorn serving the daemon), for the faults the real engine cannot be made to
-show in a unit test: an engine that accepts a request and then stays silent past the read timeout (a stand-in named
-SilentEngine), and a client that gives up while its request waits in the queue. Streaming, client disconnects
-during a stream and an engine killed mid-stream are tested on the real engine (tests/integration/daemon)."""
+"""The /v1 relay over real sockets (uvicorn serving the daemon), for what the real engine cannot be made to show in
+a unit test: an engine that accepts a request and then stays silent past the read timeout (a stand-in named
+SilentEngine), one that sends each stream event only once the client has read the one before (PacedEngine: vLLM
+merges the deltas a slow reader has not picked up, so the real engine's chunk count proves nothing about the relay),
+and a client that gives up while its request waits in the queue. Client disconnects during a stream and an engine
+killed mid-stream are tested on the real engine (tests/integration/daemon)."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
+import aiohttp.web
 import httpx
 import pytest
 
@@ -35,6 +39,40 @@ class SilentEngine:
         return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
 
 
+class PacedEngine:
+    """A stand-in for a streaming engine that sends its next event only after the client has read the previous one
+    through the daemon: a relay that held back any part of a stream would stall it on the first event."""
+
+    EVENTS = [f'data: {{"choices": [{{"index": 0, "delta": {{"content": "piece {n}"}}}}]}}\n\n'.encode()
+              for n in range(5)] + [b"data: [DONE]\n\n"]
+
+    def __init__(self) -> None:
+        self.read_by_client = [threading.Event() for _ in self.EVENTS]
+
+    async def handle(self, request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        await request.read()
+        response = aiohttp.web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event, read in zip(self.EVENTS, self.read_by_client):
+            await response.write(event)
+            # Wait in a worker thread: the daemon shares this loop and must keep relaying meanwhile.
+            if not await asyncio.to_thread(read.wait, 10):
+                break  # the client never saw this event: end the stream short, which the test reports
+        await response.write_eof()
+        return response
+
+    def start(self, served: ServedDaemon) -> str:
+        async def listen() -> str:
+            app = aiohttp.web.Application()
+            app.router.add_post("/v1/chat/completions", self.handle)
+            runner = aiohttp.web.AppRunner(app)
+            await runner.setup()
+            site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            return f"http://127.0.0.1:{runner.addresses[0][1]}"
+        return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+
+
 CHAT = {"model": "caovan-demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
@@ -55,6 +93,26 @@ def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
         assert served.wait_for(lambda: engine.closed_by_peer == 1), "the engine connection was left open"
         assert served.call(lambda: served.daemon.gate.in_flight) == 0
         assert served.requests_counted("502") == 1
+
+
+def test_a_stream_is_relayed_event_by_event_as_the_engine_sends_it(tmp_path):
+    with served_daemon(tmp_path) as served:
+        engine = PacedEngine()
+        served.call(served.daemon.gate.open, engine.start(served))
+        received: list[bytes] = []
+        with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={**CHAT, "stream": True},
+                          timeout=httpx.Timeout(30, read=5)) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/event-stream")
+            buffer = b""
+            for data in response.iter_raw():
+                buffer += data
+                while b"\n\n" in buffer:
+                    event, buffer = buffer.split(b"\n\n", 1)
+                    received.append(event + b"\n\n")
+                    engine.read_by_client[len(received) - 1].set()
+        assert received == PacedEngine.EVENTS
+        assert served.requests_counted("200") == 1
 
 
 def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):

@@ -42,15 +42,15 @@ def test_openai_client_through_the_daemon(daemon):
     reply = client.chat.completions.create(model="caovan-demo", messages=[{"role": "user", "content": "Hello!"}],
                                            max_tokens=16, temperature=0)
     assert reply.choices[0].message.content and reply.usage.completion_tokens > 0
-    chunks = []
-    started = time.perf_counter()
-    first = None
-    for chunk in client.chat.completions.create(model="caovan-demo", stream=True, max_tokens=24, temperature=0,
-                                                messages=[{"role": "user", "content": "Count from one to ten."}]):
-        if chunk.choices and chunk.choices[0].delta.content:
-            first = first or time.perf_counter() - started
-            chunks.append(chunk.choices[0].delta.content)
-    assert len(chunks) > 3, chunks  # streamed piece by piece, not one buffered blob
+    # Streamed through the daemon: the same greedy text as unstreamed, and a proper end. How many pieces it comes in
+    # is vLLM's business (it merges the deltas a slow reader has not picked up); that the relay passes each event on
+    # as it comes is tested event by event in tests/caovan_manager/proxy/test_relay.py.
+    request = dict(model="caovan-demo", max_tokens=24, temperature=0,
+                   messages=[{"role": "user", "content": "Count from one to ten."}])
+    whole = client.chat.completions.create(**request).choices[0]
+    chunks = [chunk for chunk in client.chat.completions.create(stream=True, **request) if chunk.choices]
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == whole.message.content
+    assert whole.message.content and chunks[-1].choices[0].finish_reason == whole.finish_reason
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{daemon.url}/v1", api_key="wrong", max_retries=0).models.list()
 
