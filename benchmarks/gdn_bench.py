@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from caovan_kernels.gdn.chunk import PrefillBlocks
 
 TP = {"TP1": (16, 48), "TP2": (8, 24)}
+DECODE_BATCHES = (1, 2, 64)
 K = V = 128
 DTYPE = torch.float16
 
@@ -199,9 +200,10 @@ def sweep() -> None:
                       (64, 8)):
         recurrent.decode_blocks = lambda dk, dv, fma, bv=bv, warps=warps: (128, bv, warps)
         recurrent._launch_cache.clear()
-        for T in (1, 4):
-            fns, _ = decode_case(H, HV, 64, T)
-            print(f"sweep decode B=64 T={T} BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 20):.1f} us", flush=True)
+        for B, T in itertools.product(DECODE_BATCHES, (1, 4)):  # a choice must hold at every batch, not only B=64
+            fns, _ = decode_case(H, HV, B, T)
+            print(f"sweep decode B={B} T={T} BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 20):.1f} us",
+                  flush=True)
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
     form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
@@ -271,7 +273,7 @@ def main() -> int:
                 res[impl] = (gpu_time_us(fn, 1, 10), eager_wall_us(fn, 5))
             _rows(rows, "prefill", f"{tp} {name}", res, None)
             torch.cuda.empty_cache()
-        for B in (1, 2, 64):
+        for B in DECODE_BATCHES:
             for T in (1, 4):
                 fns, state_bytes = decode_case(H, HV, B, T)
                 res = {impl: (gpu_time_us(fn, 50), eager_wall_us(fn, 200)) for impl, fn in fns.items()}

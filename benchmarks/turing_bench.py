@@ -5,7 +5,9 @@
 Cases at Qwen3.6-27B's TP2 shapes in fp16: vLLM's unified attention (TRITON_ATTN backend) prefilling one sequence
 of 2k, 8k and 32k tokens (12 query heads, 2 KV heads, head_dim 256, vLLM's 784-token blocks for this model), and
 GDN prefill (H=8, HV=24, K=V=128) of 1x8k, 1x32k and 4x8k tokens through vLLM's chunk_gated_delta_rule, fla-core's
-(when `fla` imports: it is no dependency, put it on PYTHONPATH for the run) and Caovan's GDNCore. Each path runs in
+(when `fla` imports: it is no dependency, put it on PYTHONPATH for the run) and Caovan's GDNCore, and GDN decode and
+MTP=3 verify steps (B=2 T=4, B=64 T=1 and T=4) through vLLM's fused_sigmoid_gating_delta_rule_update and GDNCore's.
+Each path runs in
 its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's FMA lowering, sm_75 with
 TensorCore75. `--paths` runs only some of them, keeping each one's result in `--work-dir`; the table is made once
 every path's result is there (the FMA path's compiles and autotuning of vLLM's GDN kernels can take longer than
@@ -27,6 +29,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 ATTENTION_TOKENS = (2048, 8192, 32768)
 GDN_LENS = {"1x8192": [8192], "1x32768": [32768], "4x8192": [8192] * 4}
+# Decode (T=1) and MTP=3 verify (T=4) steps of B requests: the 2080 Ti profile's batch and a full one.
+GDN_STEPS = ((2, 4), (64, 1), (64, 4))
+STEP_CALLS_PER_GRAPH = 20  # a step takes microseconds: more calls per replay for a steady median
 
 
 def _cases(quick: bool, only: str) -> dict[str, object]:
@@ -64,6 +69,14 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
             cu_seqlens_cpu=p.cu_seqlens.cpu(), chunk_indices=ci)
     for name, (p, _, _) in shapes.items():
         cases[f"gdn prefill {name} vLLM"] = lambda p=p: vk.run_gdn_prefill(p)
+    for B, T in () if only == "attention" else GDN_STEPS:
+        # One input set per implementation: each updates its slot cache in place, and neither may feed the other.
+        ours, theirs = (vk.gdn_decode_inputs(B, T, "cuda", torch.Generator().manual_seed(B * 10 + T)) for _ in "12")
+        out = torch.empty_like(ours.v)
+        cases[f"gdn step B={B} T={T} GDNCore"] = lambda d=ours, out=out: gdn.fused_sigmoid_gating_delta_rule_update(
+            d.A_log, d.a, d.b, d.dt_bias, d.q, d.k, d.v, initial_state=d.cache, cu_seqlens=d.cu_seqlens,
+            ssm_state_indices=d.slots, num_accepted_tokens=d.accepted, use_qk_l2norm_in_kernel=True, out=out)
+        cases[f"gdn step B={B} T={T} vLLM"] = lambda d=theirs: vk.run_gdn_decode(d)
     return cases
 
 
@@ -77,7 +90,8 @@ def _child(path: str, quick: bool, only: str, out: Path) -> None:
     times = {}
     for name, fn in _cases(quick, only).items():
         fn()  # compile and autotune outside the timing
-        times[name] = gpu_time_us(fn, calls_per_graph=2, replays=5) / 1000.0
+        calls = STEP_CALLS_PER_GRAPH if name.startswith("gdn step") else 2
+        times[name] = gpu_time_us(fn, calls_per_graph=calls, replays=5) / 1000.0
         print(f"  [{path}] {name}: {times[name]:.3f} ms", file=sys.stderr, flush=True)
         counts = tensorcore75.process().counts()
         partial = out.with_suffix(".part")  # rewritten after each case, renamed whole
@@ -147,7 +161,7 @@ def main() -> int:
     def cell(value: float | None, form: str = "{:.3f}") -> str:
         return "-" if value is None else form.format(value)
 
-    for name in runs["native"]["ms"]:
+    for name in (n for n in runs["native"]["ms"] if not n.startswith("gdn step")):  # steps: their own table
         native, fma, mma = (ms(p, name) for p in paths.PATHS)
         tf = (f" ({' / '.join('-' if t is None else _attention_tflops(name, t) for t in (native, fma, mma))}"
               " TFLOP/s)") if name.startswith("attention") else ""
@@ -165,6 +179,17 @@ def main() -> int:
                 lines.append(f"| {shape} | {path} | {cell(ours)} | {cell(theirs)} | {cell(fla)} | "
                              f"{cell(theirs / ours if ours and theirs else None, '{:.2f}x')} | "
                              f"{cell(fla / ours if ours and fla else None, '{:.2f}x')} |")
+    steps = [f"B={B} T={T}" for B, T in GDN_STEPS if f"gdn step B={B} T={T} GDNCore" in runs["native"]["ms"]]
+    if steps:
+        lines += ["", "GDN decode (T=1) and MTP=3 verify (T=4) steps, GPU microseconds per call (vLLM time / GDNCore "
+                  "time: above 1 means GDNCore is faster):", "", "| step | path | GDNCore us | vLLM us | vs vLLM |",
+                  "|---|---|---|---|---|"]
+        for step in steps:
+            for path in paths.PATHS:
+                ours, theirs = (ms(path, f"gdn step {step} {impl}") for impl in ("GDNCore", "vLLM"))
+                us = [None if t is None else t * 1000 for t in (ours, theirs)]
+                lines.append(f"| {step} | {path} | {cell(us[0], '{:.1f}')} | {cell(us[1], '{:.1f}')} | "
+                             f"{cell(theirs / ours if ours and theirs else None, '{:.2f}x')} |")
     if "mma" in runs:
         lines += ["", f"Kernels compiled on the mma path: {runs['mma']['retargeted']} retargeted, kept "
                   f"{runs['mma']['kept']}.", ""]

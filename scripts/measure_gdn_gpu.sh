@@ -25,7 +25,7 @@ for path in ${paths//,/ }; do
   tail -n 3 "$out/tests.txt"
 done
 
-echo "== GDN prefill, end to end (benchmarks/turing_bench.py)"
+echo "== GDN prefill end to end, decode and verify steps (benchmarks/turing_bench.py)"
 python3 benchmarks/turing_bench.py --only gdn --paths "$paths" --work-dir "$out/tb" --out "$out/turing-gdn.md" \
   || failed+=(turing_bench)
 
@@ -34,7 +34,7 @@ python3 benchmarks/gdn_breakdown.py --paths "$paths" --sweep --out "$out/breakdo
   || failed+=(gdn_breakdown)
 
 if [[ ",$paths," == *,native,* ]]; then
-  echo "== decode and verify, native (benchmarks/gdn_bench.py)"
+  echo "== decode and verify with fla-core beside, and the decode block sweep at B=1, 2, 64, native (benchmarks/gdn_bench.py)"
   python3 benchmarks/gdn_bench.py --quick --sweep --out "$out/gdn-bench.md" || failed+=(gdn_bench)
 fi
 
