@@ -51,10 +51,8 @@ def _recurrent_kernel(
     state_mask = km[:, None] & vm[None, :]
     slot_row = slot_ptr + seq * stride_slot_row
 
-    S = tl.zeros([BK, BV], dtype=tl.float32)
-    if read_mode == 1:
-        S = tl.load(h0_ptr + seq * stride_h0 + state_off, mask=state_mask, other=0.0).to(tl.float32)
-    elif read_mode >= 2:
+    h0_row = seq.to(tl.int64) * stride_h0
+    if read_mode >= 2:
         if read_mode == 3:  # start from the state after the last accepted token
             slot = tl.load(slot_row + tl.load(accepted_ptr + seq).to(tl.int64) - 1).to(tl.int64)
         else:
@@ -63,7 +61,10 @@ def _recurrent_kernel(
             for t in range(bos, eos):
                 tl.store(o_ptr + (t * heads_v + hv) * dim_v + rv, tl.zeros([BV], o_ptr.dtype.element_ty), mask=vm)
             return
-        S = tl.load(h0_ptr + slot * stride_h0 + state_off, mask=state_mask, other=0.0).to(tl.float32)
+        h0_row = slot * stride_h0
+    # One load whatever the mode (READ_ZERO masks it all off, touching no memory): a load under a branch would give
+    # the state a second layout, converted through shared memory where the branches meet.
+    S = tl.load(h0_ptr + h0_row + state_off, mask=state_mask & (read_mode != 0), other=0.0).to(tl.float32)
 
     for t in range(bos, eos):
         q = tl.load(q_ptr + t * stride_q + h * dim_k + rk, mask=km, other=0.0).to(tl.float32)
@@ -103,8 +104,9 @@ def _recurrent_kernel(
 def decode_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int]:
     """(BK, BV, num_warps): a whole key row per program, value blocks of 32 to spread small batches over SMs.
 
-    Warps per program measured on an H200 (2 beat 4 and 8 at B=64); sm_75's smaller register file needs 4
-    (8 at K=256) to keep the state slice without spilling.
+    Warps per program measured on an H200 (2 beat 4 and 8 at B=64), before the state load left its branch (the
+    state then crossed shared memory: gdn_bench.py --sweep has the candidates to measure again); sm_75's smaller
+    register file needs 4 (8 at K=256) to keep the state slice without spilling.
     """
     bk = head_block(dim_k)
     if fma_only:

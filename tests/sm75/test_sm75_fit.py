@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,5 +36,12 @@ def test_every_launch_config_fits_sm75() -> None:
     # Qwen3.6's GDN head dim (128) takes the Turing MMA form in both prefill kernels
     turing = {f["kernel"] for f in fits if f["config"].startswith("turing_mma K=V=128 ")}
     assert turing == {"chunk_wy", "chunk_state_output"}, turing
+    # Decode keeps its state slice in registers from load to store; shared memory holds only the reductions'
+    # partials (hundreds of bytes). A state-sized buffer there means Triton converted the state between two layouts,
+    # through shared memory, on every kept token: it did so while the load sat under a branch.
+    for f in (f for f in fits if f["kernel"] == "recurrent"):
+        bk, bv = (int(re.search(rf"\b{name}=(\d+)", f["config"]).group(1)) for name in ("BK", "BV"))
+        state_tile_bytes = bk * bv * 4
+        assert f["shared_bytes"] <= state_tile_bytes // 4, f"the decode state goes through shared memory: {f}"
     misfits = [f for f in fits if not f["fits"]]
     assert not misfits, f"configurations that do not fit sm_75: {misfits}"
