@@ -168,28 +168,30 @@ def main() -> int:
         lines.append(f"| {name}{tf} | {cell(native)} | {cell(fma)} | {cell(mma)} | "
                      f"{cell(fma / mma if fma and mma else None, '{:.2f}x')} | "
                      f"{cell(mma / native if mma else None, '{:.2f}x')} |")
-    shapes = [n for n in GDN_LENS if f"gdn prefill {n} GDNCore" in runs["native"]["ms"]]
+    def versus(keys: list[str], impls: tuple[str, ...], scale: float, form: str) -> list[str]:
+        """A row per case and path: each implementation's time, then each peer's over GDNCore's (first in impls)."""
+        rows = []
+        for key in keys:
+            for path in paths.PATHS:
+                times = [ms(path, f"{key} {impl}") for impl in impls]
+                ours = times[0]
+                rows.append(f"| {key.split(' ', 2)[2]} | {path} | "
+                            + " | ".join(cell(None if t is None else t * scale, form) for t in times) + " | "
+                            + " | ".join(cell(t / ours if ours and t else None, "{:.2f}x") for t in times[1:]) + " |")
+        return rows
+
+    shapes = [f"gdn prefill {n}" for n in GDN_LENS if f"gdn prefill {n} GDNCore" in runs["native"]["ms"]]
     if shapes:
         lines += ["", "GDN prefill, GDNCore against its peers on each path (peer time / GDNCore time: above 1 means "
                   "GDNCore is faster):", "", "| shape | path | GDNCore ms | vLLM ms | fla-core ms | vs vLLM | vs fla-core |",
                   "|---|---|---|---|---|---|---|"]
-        for shape in shapes:
-            for path in paths.PATHS:
-                ours, theirs, fla = (ms(path, f"gdn prefill {shape} {impl}") for impl in ("GDNCore", "vLLM", "fla-core"))
-                lines.append(f"| {shape} | {path} | {cell(ours)} | {cell(theirs)} | {cell(fla)} | "
-                             f"{cell(theirs / ours if ours and theirs else None, '{:.2f}x')} | "
-                             f"{cell(fla / ours if ours and fla else None, '{:.2f}x')} |")
-    steps = [f"B={B} T={T}" for B, T in GDN_STEPS if f"gdn step B={B} T={T} GDNCore" in runs["native"]["ms"]]
+        lines += versus(shapes, ("GDNCore", "vLLM", "fla-core"), 1.0, "{:.3f}")
+    steps = [f"gdn step B={B} T={T}" for B, T in GDN_STEPS if f"gdn step B={B} T={T} GDNCore" in runs["native"]["ms"]]
     if steps:
         lines += ["", "GDN decode (T=1) and MTP=3 verify (T=4) steps, GPU microseconds per call (vLLM time / GDNCore "
                   "time: above 1 means GDNCore is faster):", "", "| step | path | GDNCore us | vLLM us | vs vLLM |",
                   "|---|---|---|---|---|"]
-        for step in steps:
-            for path in paths.PATHS:
-                ours, theirs = (ms(path, f"gdn step {step} {impl}") for impl in ("GDNCore", "vLLM"))
-                us = [None if t is None else t * 1000 for t in (ours, theirs)]
-                lines.append(f"| {step} | {path} | {cell(us[0], '{:.1f}')} | {cell(us[1], '{:.1f}')} | "
-                             f"{cell(theirs / ours if ours and theirs else None, '{:.2f}x')} |")
+        lines += versus(steps, ("GDNCore", "vLLM"), 1000.0, "{:.1f}")
     if "mma" in runs:
         lines += ["", f"Kernels compiled on the mma path: {runs['mma']['retargeted']} retargeted, kept "
                   f"{runs['mma']['kept']}.", ""]
