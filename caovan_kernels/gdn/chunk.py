@@ -64,20 +64,21 @@ def _unit_lower_inverse(a, SUB: tl.constexpr):
 
 
 @triton.jit
-def _lower_inverse_blocks(d0, d1, d2, d3, a10, a20, a21, a30, a31, a32, DOT: tl.constexpr):
-    """The six blocks below the diagonal of (I + A)^-1, by block forward substitution from its inverted diagonal
-    blocks D_i: T_ij = -D_i sum_{j <= m < i} A_im T_mj. Products take their operands in d0's dtype with fp32
-    accumulation; sums stay fp32 until used as one."""
-    op_t = d0.dtype
-    t10 = -tl.dot(d1, tl.dot(a10, d0, input_precision=DOT).to(op_t), input_precision=DOT)
-    t21 = -tl.dot(d2, tl.dot(a21, d1, input_precision=DOT).to(op_t), input_precision=DOT)
-    t32 = -tl.dot(d3, tl.dot(a32, d2, input_precision=DOT).to(op_t), input_precision=DOT)
+def _lower_inverse_blocks(d1, d2, d3, e0, e1, e2, a10, a20, a21, a30, a31, a32, DOT: tl.constexpr):
+    """The six blocks below the diagonal of (I + A)^-1 diag(beta), by block forward substitution from the inverted
+    diagonal blocks D_i of I + A: T_ij = -D_i sum_{j <= m < i} A_im T_mj, which holds for the column-scaled blocks
+    as it does for the plain ones, starting from T_jj = E_j = D_j diag(beta_j). Products take their operands in
+    d1's dtype with fp32 accumulation; sums stay fp32 until used as one."""
+    op_t = d1.dtype
+    t10 = -tl.dot(d1, tl.dot(a10, e0, input_precision=DOT).to(op_t), input_precision=DOT)
+    t21 = -tl.dot(d2, tl.dot(a21, e1, input_precision=DOT).to(op_t), input_precision=DOT)
+    t32 = -tl.dot(d3, tl.dot(a32, e2, input_precision=DOT).to(op_t), input_precision=DOT)
     t10_op, t21_op = t10.to(op_t), t21.to(op_t)
-    r20 = tl.dot(a20, d0, input_precision=DOT) + tl.dot(a21, t10_op, input_precision=DOT)
+    r20 = tl.dot(a20, e0, input_precision=DOT) + tl.dot(a21, t10_op, input_precision=DOT)
     t20 = -tl.dot(d2, r20.to(op_t), input_precision=DOT)
-    r31 = tl.dot(a31, d1, input_precision=DOT) + tl.dot(a32, t21_op, input_precision=DOT)
+    r31 = tl.dot(a31, e1, input_precision=DOT) + tl.dot(a32, t21_op, input_precision=DOT)
     t31 = -tl.dot(d3, r31.to(op_t), input_precision=DOT)
-    r30 = (tl.dot(a30, d0, input_precision=DOT) + tl.dot(a31, t10_op, input_precision=DOT)
+    r30 = (tl.dot(a30, e0, input_precision=DOT) + tl.dot(a31, t10_op, input_precision=DOT)
            + tl.dot(a32, t20.to(op_t), input_precision=DOT))
     t30 = -tl.dot(d3, r30.to(op_t), input_precision=DOT)
     return t10, t20, t21, t30, t31, t32
@@ -103,11 +104,13 @@ def _chunk_wy_kernel(
     raw_gate, raw_beta,
     BKC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr, TENSOR_CORES: tl.constexpr,
 ):  # fmt: skip
-    """One (chunk, value head): G, Aqk and Ti = (I + A)^-1 diag(beta), rows token-major like q ([tokens, HV, 64]).
+    """One (chunk, value head, part): part 0 writes G and Ti = (I + A)^-1 diag(beta), part 1 Aqk, rows token-major
+    like q ([tokens, HV, 64]). The parts share only G (each computes it): as two programs they run side by side
+    and each holds half the live values one program holding both did (at 1 warp that one spilled on sm_75).
     NATIVE: the k k^T and q k^T products take the input dtype (see _chunk_state_output_kernel). TENSOR_CORES: the
     inverse's block products do too; otherwise they multiply fp32 (FMA dots, where fp32 operands cost nothing
     extra and keep the inverse's digits)."""
-    c, hv = tl.program_id(0), tl.program_id(1)
+    c, hv, part = tl.program_id(0), tl.program_id(1) // 2, tl.program_id(1) % 2
     op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
     solve_t = op_t if TENSOR_CORES else tl.float32
     seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
@@ -139,6 +142,12 @@ def _chunk_wy_kernel(
     G1 = tl.cumsum(g1, 0) + tl.sum(g0, 0)
     G2 = tl.cumsum(g2, 0) + tl.sum(g0, 0) + tl.sum(g1, 0)
     G3 = tl.cumsum(g3, 0) + tl.sum(g0, 0) + tl.sum(g1, 0) + tl.sum(g2, 0)
+    off_k = h * dim_k
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
+    if part == 1:
+        _chunk_aqk(q_ptr, k_ptr, aqk_ptr, t0, t1, t2, t3, m0, m1, m2, m3, G0, G1, G2, G3, stride_q, stride_k, off_k,
+                   hv * 4 * SUB, heads_v * 4 * SUB, scale, dim_k, op_t, BKC, SUB, DOT)
+        return
     tl.store(gcum_ptr + t0 * heads_v + hv, G0, mask=m0)
     tl.store(gcum_ptr + t1 * heads_v + hv, G1, mask=m1)
     tl.store(gcum_ptr + t2 * heads_v + hv, G2, mask=m2)
@@ -154,10 +163,8 @@ def _chunk_wy_kernel(
         b3 = tl.where(m3, tl.sigmoid(b3) * beta_scale, 0.0)
 
     # k k^T sub-blocks on or below the diagonal, accumulated over key columns
-    z = tl.zeros([SUB, SUB], dtype=tl.float32)
     kk10, kk20, kk21, kk30, kk31, kk32 = z, z, z, z, z, z
     kk00, kk11, kk22, kk33 = z, z, z, z
-    off_k = h * dim_k
     for kc in range(0, dim_k, BKC):
         cols = kc + tl.arange(0, BKC)
         cm = cols < dim_k
@@ -189,25 +196,37 @@ def _chunk_wy_kernel(
     d1 = _unit_lower_inverse(_decayed(kk11, G1, G1, 1, SUB) * b1[:, None], SUB)
     d2 = _unit_lower_inverse(_decayed(kk22, G2, G2, 1, SUB) * b2[:, None], SUB)
     d3 = _unit_lower_inverse(_decayed(kk33, G3, G3, 1, SUB) * b3[:, None], SUB)
+    # Ti = (I + A)^-1 diag(beta): column block j scaled by beta_j, here on the diagonal blocks, so that the
+    # substitution forms the scaled blocks below them and beta is not live past this point (at 1 warp on sm_75
+    # those registers were the difference between spilling and not). Above the diagonal stays unwritten (kernel 2
+    # masks).
+    e0, e1, e2, e3 = d0 * b0[None, :], d1 * b1[None, :], d2 * b2[None, :], d3 * b3[None, :]
     t10, t20, t21, t30, t31, t32 = _lower_inverse_blocks(
-        d0.to(solve_t), d1.to(solve_t), d2.to(solve_t), d3.to(solve_t), a10, a20, a21, a30, a31, a32, DOT)
-
-    # Ti = (I + A)^-1 diag(beta): column block j scaled by beta_j; above the diagonal stays unwritten (kernel 2 masks)
+        d1.to(solve_t), d2.to(solve_t), d3.to(solve_t), e0.to(solve_t), e1.to(solve_t), e2.to(solve_t),
+        a10, a20, a21, a30, a31, a32, DOT)
     ld_t = heads_v * 4 * SUB
     off_t = hv * 4 * SUB
-    _store_rows(tinv_ptr, d0 * b0[None, :], t0, m0, ld_t, off_t, r, r < SUB)
-    _store_rows(tinv_ptr, t10 * b0[None, :], t1, m1, ld_t, off_t, r, r < SUB)
-    _store_rows(tinv_ptr, d1 * b1[None, :], t1, m1, ld_t, off_t + SUB, r, r < SUB)
-    _store_rows(tinv_ptr, t20 * b0[None, :], t2, m2, ld_t, off_t, r, r < SUB)
-    _store_rows(tinv_ptr, t21 * b1[None, :], t2, m2, ld_t, off_t + SUB, r, r < SUB)
-    _store_rows(tinv_ptr, d2 * b2[None, :], t2, m2, ld_t, off_t + 2 * SUB, r, r < SUB)
-    _store_rows(tinv_ptr, t30 * b0[None, :], t3, m3, ld_t, off_t, r, r < SUB)
-    _store_rows(tinv_ptr, t31 * b1[None, :], t3, m3, ld_t, off_t + SUB, r, r < SUB)
-    _store_rows(tinv_ptr, t32 * b2[None, :], t3, m3, ld_t, off_t + 2 * SUB, r, r < SUB)
-    _store_rows(tinv_ptr, d3 * b3[None, :], t3, m3, ld_t, off_t + 3 * SUB, r, r < SUB)
+    _store_rows(tinv_ptr, e0, t0, m0, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t10, t1, m1, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, e1, t1, m1, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t20, t2, m2, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t21, t2, m2, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, e2, t2, m2, ld_t, off_t + 2 * SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t30, t3, m3, ld_t, off_t, r, r < SUB)
+    _store_rows(tinv_ptr, t31, t3, m3, ld_t, off_t + SUB, r, r < SUB)
+    _store_rows(tinv_ptr, t32, t3, m3, ld_t, off_t + 2 * SUB, r, r < SUB)
+    _store_rows(tinv_ptr, e3, t3, m3, ld_t, off_t + 3 * SUB, r, r < SUB)
 
-    # gated intra-chunk attention for kernel 2 (row block i, column block j <= i; kernel 2 masks j > i), in a second
-    # pass over the key columns: its ten accumulators are never live beside the inverse's blocks (sm_75 registers)
+
+@triton.jit
+def _chunk_aqk(
+    q_ptr, k_ptr, aqk_ptr, t0, t1, t2, t3, m0, m1, m2, m3, G0, G1, G2, G3, stride_q, stride_k, off_k, off_a, ld_a,
+    scale, dim_k, op_t: tl.constexpr, BKC: tl.constexpr, SUB: tl.constexpr, DOT: tl.constexpr,
+):  # fmt: skip
+    """Kernel 1's part 1: the chunk's gated intra-chunk attention for kernel 2 (row block i, column block j <= i;
+    kernel 2 masks j > i)."""
+    r = tl.arange(0, SUB)
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
     qk00, qk10, qk11, qk20, qk21, qk22, qk30, qk31, qk32, qk33 = z, z, z, z, z, z, z, z, z, z
     for kc in range(0, dim_k, BKC):
         cols = kc + tl.arange(0, BKC)
@@ -230,8 +249,6 @@ def _chunk_wy_kernel(
         qk31 = tl.dot(q3, k1t, qk31, input_precision=DOT)
         qk32 = tl.dot(q3, k2t, qk32, input_precision=DOT)
         qk33 = tl.dot(q3, k3t, qk33, input_precision=DOT)
-    ld_a = heads_v * 4 * SUB
-    off_a = hv * 4 * SUB
     _store_rows(aqk_ptr, _decayed(qk00, G0, G0, 2, SUB) * scale, t0, m0, ld_a, off_a, r, r < SUB)
     _store_rows(aqk_ptr, _decayed(qk10, G1, G0, 0, SUB) * scale, t1, m1, ld_a, off_a, r, r < SUB)
     _store_rows(aqk_ptr, _decayed(qk11, G1, G1, 2, SUB) * scale, t1, m1, ld_a, off_a + SUB, r, r < SUB)
@@ -456,16 +473,18 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     """The launch shapes for head dims and a form (_common.FORMS): on sm_75 the ones sm75_fit finds free of spills.
 
     Kernel 1 takes 16 key columns at a time in every form: its ten 16x16 accumulators, then the inverse's blocks,
-    spill at 32 (FMA: 4 warps and masked head dims; Turing MMA and sm_80+ at any warp count tried). Its 16x16
-    products are small for 4 warps: in the Turing MMA form 2 ran it in half the time (Turing proxy, H200,
-    2026-12-02: 242 against 457 us at TP2 1x8192, 988 against 1891 us at 4x8192; 1 warp, 142 us, spills 88 bytes on
-    sm_75, where local memory is slow). On sm_80+ it runs at 1 warp: natively on the H200 that took 97 against 305
-    us at 4 warps (TP2 1x8192; 390 against 1228 us at 4x8192), with 296 bytes spilled to local memory that sm_90's
-    large L1 holds; sm_80's compile spills 168 bytes (not measured there). Kernel 2 keeps the fp32 state tile in
-    registers with tensor cores (BV 32: enough programs for one long sequence); on sm_75 it loads the next chunk's
-    keys ahead (prefetch) at 8 warps (same run, TP2 1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4
-    warps took 481 us but spill on sm_75 with vLLM's [V, K] state layout, as does 4 without prefetch at K 128); on
-    sm_80+ it runs at 4 warps without prefetch (launchable).
+    spill at 32 (FMA: 4 warps and masked head dims; Turing MMA at 1 warp, sm_80+ at any warp count tried). Its
+    16x16 products are small for more than one warp. Before kernel 1 was split in two parts (2026-12-03), on the
+    Turing proxy (H200, 2026-12-02, TP2 1x8192) it took 142 us at 1 warp, 242 at 2 and 457 at 4, but spilled 88
+    bytes on sm_75 at 1 warp, so the Turing MMA form ran it at 2; natively at 1 warp it took 97 against 305 us at 4
+    (4x8192: 390 against 1228), spilling 160 bytes on sm_90 and 84 on sm_80. Split, it compiles at 1 warp without
+    spills for sm_75 (185 registers), sm_80 (198) and sm_90 (200), and every form with tensor cores runs it there;
+    the split kernel's own GPU times are not measured yet (docs/verification.md, pending runs).
+    Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long
+    sequence); on sm_75 it loads the next chunk's keys ahead (prefetch) at 8 warps (Turing proxy, 2026-12-02, TP2
+    1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with
+    vLLM's [V, K] state layout, as does 4 without prefetch at K 128); on sm_80+ it runs at 4 warps without prefetch
+    (launchable).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
@@ -476,8 +495,8 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
         return PrefillBlocks(SUB, 8, bk, min(16, bv), min(32, bk), 8)
     if form == TURING_MMA:
         if bk > 128:
-            return PrefillBlocks(SUB, 2, bk, 16, 128, 8)
-        return PrefillBlocks(SUB, 2, bk, bv, bk, 8, prefetch=True)
+            return PrefillBlocks(SUB, 1, bk, 16, 128, 8)
+        return PrefillBlocks(SUB, 1, bk, bv, bk, 8, prefetch=True)
     return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2)
 
 
@@ -620,7 +639,7 @@ def chunk_gated_delta_rule(
                          f"rows that are a multiple of 16 bytes (key rows of {row_bytes} bytes here); Triton 3.6's "
                          f"code reads out of range or computes wrong results otherwise. Below 4 warps (mma.sync) "
                          f"any blocks run; or leave blocks to chunk.prefill_blocks")
-    _chunk_wy_kernel[(table.shape[0], HV)](
+    _chunk_wy_kernel[(table.shape[0], 2 * HV)](
         q, k, g, beta, A_log if use_gate_in_kernel else g, dt_bias if use_gate_in_kernel else g,
         tinv, aqk, gcum, table, cu,
         stride_q, stride_k, scale, 2.0 if allow_neg_eigval else 1.0,
