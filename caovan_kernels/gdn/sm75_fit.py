@@ -30,6 +30,7 @@ from triton.compiler import ASTSource
 
 from caovan_kernels.gdn import chunk, l2norm, recurrent
 from caovan_kernels.gdn._common import CHUNK, FMA, SUB, TURING_MMA, head_block, plan_for_target
+from caovan_kernels.tensorcore75.registers import resident_blocks
 
 SM75 = GPUTarget("cuda", 75, 32)
 SM75_SHARED_BYTES = 64 * 1024
@@ -59,11 +60,16 @@ class Fit:
     bf16_in_ptx: bool
     tensor_cores: bool
     mma_in_ptx: bool
+    num_warps: int
 
     @property
     def fits(self) -> bool:
         return (self.shared_bytes <= SM75_SHARED_BYTES and self.spill_bytes == 0 and not self.bf16_in_ptx
                 and self.mma_in_ptx == self.tensor_cores)
+
+    @property
+    def programs_per_sm(self) -> int:
+        return resident_blocks(self.registers, self.shared_bytes, self.num_warps)
 
 
 def _signature(fn: object, types: dict[str, str], constexprs: dict[str, object]) -> dict[str, str]:
@@ -145,7 +151,8 @@ def check(cfg: Config) -> Fit:
     spill = sum(int(s) + int(l) for s, l in _SPILLS.findall(report))
     bf16 = re.search(r"\.bf16|bf16x2", ptx) is not None
     mma = "mma.sync.aligned.m16n8k8" in ptx
-    return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16, cfg.tensor_cores, mma)
+    return Fit(cfg.kernel, cfg.label, compiled.metadata.shared, registers, spill, bf16, cfg.tensor_cores, mma,
+               cfg.num_warps)
 
 
 def _check_index(index: int) -> Fit:
@@ -164,10 +171,12 @@ def check_all(workers: int | None = None) -> list[Fit]:
 
 
 def table(fits: list[Fit]) -> str:
-    lines = [f"{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} {'mma':>5} fits"]
+    lines = [f"{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} {'mma':>5} "
+             f"{'per SM':>6} fits"]
     for f in fits:
         lines.append(f"{f.kernel:<20} {f.config:<46} {f.shared_bytes:>9} {f.registers:>5} {f.spill_bytes:>8} "
-                     f"{str(f.bf16_in_ptx):>5} {str(f.mma_in_ptx):>5} {'yes' if f.fits else 'NO'}")
+                     f"{str(f.bf16_in_ptx):>5} {str(f.mma_in_ptx):>5} {f.programs_per_sm:>6} "
+                     f"{'yes' if f.fits else 'NO'}")
     return "\n".join(lines)
 
 
@@ -177,7 +186,7 @@ def main() -> int:
         return 2
     fits = check_all()
     if "--json" in sys.argv:
-        print(json.dumps([asdict(f) | {"fits": f.fits} for f in fits]))
+        print(json.dumps([asdict(f) | {"fits": f.fits, "programs_per_sm": f.programs_per_sm} for f in fits]))
     else:
         print(table(fits))
     return 0 if all(f.fits for f in fits) else 1

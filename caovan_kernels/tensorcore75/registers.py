@@ -40,6 +40,17 @@ def register_budget(num_warps: int, shared_bytes: int) -> int:
     return min(TURING_MAX_REGISTERS, per_thread)
 
 
+def resident_blocks(registers: int, shared_bytes: int, num_warps: int) -> int:
+    """How many blocks (programs) of a kernel one Turing SM holds at once (0: none fits): its registers go per warp
+    in units of 256. A 2080 Ti has 68 SMs, so a launch of more than 68 times this many blocks runs in waves; the
+    H200 the Turing proxy runs on has 132 SMs (and more shared memory), so the proxy can run in one wave what a 2080 Ti
+    runs in two."""
+    warp_registers = -(-registers * 32 // (_REGISTER_STEP * 32)) * _REGISTER_STEP * 32
+    by_registers = TURING_REGISTERS // (warp_registers * num_warps)
+    by_shared = TURING_SHARED_PER_SM // shared_bytes if shared_bytes else TURING_BLOCKS_PER_SM
+    return min(by_registers, by_shared, TURING_WARPS_PER_SM // num_warps, TURING_BLOCKS_PER_SM)
+
+
 def with_maxnreg(ptx: str, registers: int) -> str:
     """The PTX with `.maxnreg registers` on its entry, where Triton itself puts it (after `.reqntid`)."""
     if _MAXNREG.search(ptx):

@@ -27,10 +27,10 @@ def test_every_launch_config_fits_sm75() -> None:
     )  # fmt: skip
     assert done.stdout.strip(), f"the fitness check printed nothing:\n{done.stderr[-3000:]}"
     fits = json.loads(done.stdout)
-    print(f"\n{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} mma")
+    print(f"\n{'kernel':<20} {'config':<46} {'shared B':>9} {'regs':>5} {'spill B':>8} {'bf16':>5} {'mma':>5} per SM")
     for f in fits:
         print(f"{f['kernel']:<20} {f['config']:<46} {f['shared_bytes']:>9} {f['registers']:>5} {f['spill_bytes']:>8} "
-              f"{str(f['bf16_in_ptx']):>5} {f['mma_in_ptx']}")
+              f"{str(f['bf16_in_ptx']):>5} {str(f['mma_in_ptx']):>5} {f['programs_per_sm']}")
     kernels = {f["kernel"] for f in fits}
     assert kernels == {"chunk_wy", "chunk_state_output", "recurrent", "l2norm_scale"}
     # Qwen3.6's GDN head dim (128) takes the Turing MMA form in both prefill kernels

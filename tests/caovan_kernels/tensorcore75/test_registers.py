@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from caovan_kernels.tensorcore75.cubin import kernel_resources
-from caovan_kernels.tensorcore75.registers import Binary, register_budget, spend_register_budget, with_maxnreg
+from caovan_kernels.tensorcore75.registers import (
+    Binary, register_budget, resident_blocks, spend_register_budget, with_maxnreg,
+)
 from tests.caovan_kernels.tensorcore75.sm75_ptx import LOCAL_ARRAY, assemble, live_values, module
 
 
@@ -23,6 +25,18 @@ from tests.caovan_kernels.tensorcore75.sm75_ptx import LOCAL_ARRAY, assemble, li
 ])
 def test_the_budget_keeps_the_blocks_shared_memory_allows(num_warps: int, shared: int, budget: int) -> None:
     assert register_budget(num_warps, shared) == budget
+
+
+@pytest.mark.parametrize(("registers", "shared", "num_warps", "blocks"), [
+    (246, 57344, 8, 1),  # 7936 registers a warp (246 x 32 rounded up to 256), 63488 a block; 56 KB of 64
+    (168, 12288, 4, 3),  # 5376 a warp, 21504 a block: registers bound it (shared memory would allow 5)
+    (185, 3072, 1, 10),  # 6144 a warp; 21 blocks by shared memory
+    (32, 0, 1, 16),  # the SM's block limit
+    (64, 0, 8, 4),  # the SM's 32 warps
+    (255, 65537, 1, 0),  # more shared memory than the SM has
+])
+def test_resident_blocks_follow_the_occupancy_rules(registers: int, shared: int, num_warps: int, blocks: int) -> None:
+    assert resident_blocks(registers, shared, num_warps) == blocks
 
 
 def test_maxnreg_goes_where_triton_puts_it() -> None:
