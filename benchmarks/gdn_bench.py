@@ -61,18 +61,21 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / (ms * 1e-3)
 
 
-def gpu_time_us(fn: Callable[[], object], calls_per_graph: int, replays: int = 20) -> float:
-    """Median GPU time per call from CUDA-graph replays; falls back to events around eager calls if capture fails."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
+def gpu_time_us(fn: Callable[[], object], calls_per_graph: int, replays: int = 20,
+                stream: torch.cuda.Stream | None = None) -> float:
+    """Median GPU time per call from CUDA-graph replays; falls back to events around eager calls if capture fails.
+    `stream`: warm up and capture there (a green context's stream keeps the graph on its SMs, turing/sm_limit.py);
+    by default a side stream and torch's own capture stream."""
+    side = stream or torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
         for _ in range(3):
             fn()
-    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     try:
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, stream=stream):
             for _ in range(calls_per_graph):
                 fn()
         run, per = graph.replay, calls_per_graph

@@ -1,18 +1,20 @@
 """The sm_75 code path on an NVIDIA GPU (the Turing proxy), with and without TensorCore75, against native code.
 
     python benchmarks/turing_bench.py [--out FILE] [--quick] [--only attention|gdn] [--work-dir DIR --paths P,..]
+                                      [--sms 68]
 
 Cases at Qwen3.6-27B's TP2 shapes in fp16: vLLM's unified attention (TRITON_ATTN backend) prefilling one sequence
 of 2k, 8k and 32k tokens (12 query heads, 2 KV heads, head_dim 256, vLLM's 784-token blocks for this model), and
 GDN prefill (H=8, HV=24, K=V=128) of 1x8k, 1x32k and 4x8k tokens through vLLM's chunk_gated_delta_rule, fla-core's
 (when `fla` imports: it is no dependency, put it on PYTHONPATH for the run) and Caovan's GDNCore, and GDN decode and
 MTP=3 verify steps (B=2 T=4, B=64 T=1 and T=4) through vLLM's fused_sigmoid_gating_delta_rule_update and GDNCore's.
-Each path runs in
-its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's FMA lowering, sm_75 with
-TensorCore75. `--paths` runs only some of them, keeping each one's result in `--work-dir`; the table is made once
-every path's result is there (the FMA path's compiles and autotuning of vLLM's GDN kernels can take longer than
-one sitting: run it apart, then again with `--paths ""`). GPU time per call is the median over CUDA-graph replays (events around
-eager calls where a graph cannot be captured). Only the ratios between columns carry over to a 2080 Ti.
+Each path runs in its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's FMA lowering,
+sm_75 with TensorCore75. `--paths` runs only some of them, keeping each one's result in `--work-dir`; the table is
+made once every path's result is there (the FMA path's compiles and autotuning of vLLM's GDN kernels can take longer than
+one sitting: run it apart, then again with `--paths ""`). GPU time per call is the median over CUDA-graph replays
+(events around eager calls where a graph cannot be captured). Only the ratios between columns carry over to a 2080
+Ti. `--sms 68` runs every path on a 2080 Ti's number of SMs (a CUDA green context, caovan_kernels/turing/sm_limit.py),
+so that launches which take more waves on its 68 SMs than on the GPU's own do so here too.
 """
 
 from __future__ import annotations
@@ -80,24 +82,33 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
     return cases
 
 
-def _child(path: str, quick: bool, only: str, out: Path) -> None:
+def _child(path: str, quick: bool, only: str, sms: int | None, out: Path) -> None:
+    import contextlib
+
+    import torch
     from gdn_bench import gpu_time_us
 
     from caovan_kernels import tensorcore75
-    from caovan_kernels.turing import paths
+    from caovan_kernels.turing import paths, sm_limit
 
     described = paths.enter(path)
+    stream, on_stream = None, contextlib.nullcontext()
+    if sms:
+        held = sm_limit.limit(sms)
+        described += f", on {held.describe()}"
+        stream, on_stream = held.stream, torch.cuda.stream(held.stream)
     times = {}
-    for name, fn in _cases(quick, only).items():
-        fn()  # compile and autotune outside the timing
-        calls = STEP_CALLS_PER_GRAPH if name.startswith("gdn step") else 2
-        times[name] = gpu_time_us(fn, calls_per_graph=calls, replays=5) / 1000.0
-        print(f"  [{path}] {name}: {times[name]:.3f} ms", file=sys.stderr, flush=True)
-        counts = tensorcore75.process().counts()
-        partial = out.with_suffix(".part")  # rewritten after each case, renamed whole
-        partial.write_text(json.dumps({"described": described, "ms": times, "retargeted": counts.retargeted,
-                                       "kept": dict(counts.kept)}))
-        partial.replace(out)
+    with on_stream:  # inputs, compiles and timings all on the held SMs' stream
+        for name, fn in _cases(quick, only).items():
+            fn()  # compile and autotune outside the timing
+            calls = STEP_CALLS_PER_GRAPH if name.startswith("gdn step") else 2
+            times[name] = gpu_time_us(fn, calls_per_graph=calls, replays=5, stream=stream) / 1000.0
+            print(f"  [{path}] {name}: {times[name]:.3f} ms", file=sys.stderr, flush=True)
+            counts = tensorcore75.process().counts()
+            partial = out.with_suffix(".part")  # rewritten after each case, renamed whole
+            partial.write_text(json.dumps({"described": described, "ms": times, "retargeted": counts.retargeted,
+                                           "kept": dict(counts.kept)}))
+            partial.replace(out)
 
 
 def _attention_tflops(name: str, ms: float) -> str:
@@ -114,9 +125,10 @@ def main() -> int:
     parser.add_argument("--only", choices=("all", "attention", "gdn"), default="all")
     parser.add_argument("--paths", default="native,fma,mma", help="paths to run now (comma-separated)")
     parser.add_argument("--work-dir", type=Path, help="keep each path's result here (default: a fresh folder)")
+    parser.add_argument("--sms", type=int, help="run every path on this many SMs (68: a 2080 Ti's; turing/sm_limit.py)")
     opts = parser.parse_args()
     if opts.path:
-        _child(opts.path, opts.quick, opts.only, opts.out)
+        _child(opts.path, opts.quick, opts.only, opts.sms, opts.out)
         return 0
     import tempfile
 
@@ -127,7 +139,7 @@ def main() -> int:
 
     work = opts.work_dir or Path(tempfile.mkdtemp(prefix="turing-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    extra = (["--quick"] if opts.quick else []) + ["--only", opts.only]
+    extra = (["--quick"] if opts.quick else []) + ["--only", opts.only] + (["--sms", str(opts.sms)] if opts.sms else [])
     try:
         todo = paths.chosen(opts.paths)
     except ValueError as exc:
@@ -150,7 +162,7 @@ def main() -> int:
         f"{torch.cuda.get_device_name(0)}, vLLM {vllm_version}, torch {torch.__version__}, Triton {triton.__version__}."
         " GPU ms per call (median of CUDA-graph replays); TFLOP/s for attention counts the causal half."
         + (f" Not measured (-): {', '.join(missing)} path, or its cases that had not finished." if missing else ""),
-        "",
+        "", *(f"- {p}: {run['described']}" for p, run in runs.items()), "",
         "| case | native sm_90 | sm_75 FMA (Triton) | sm_75 mma (TensorCore75) | mma speed-up over FMA | mma / native |",
         "|---|---|---|---|---|---|",
     ]

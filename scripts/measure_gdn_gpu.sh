@@ -6,7 +6,8 @@
 #
 # PATHS are caovan_kernels/turing/paths.py's: native, mma (the Turing proxy with TensorCore75), fma (the proxy with
 # Triton's FMA dots: vLLM's kernels autotune for about 13 minutes there, so leave it to a run of its own). Writes
-# OUT_DIR/tests.txt, OUT_DIR/tb/<path>.json and turing-gdn.md (benchmarks/turing_bench.py), breakdown.json and
+# OUT_DIR/tests.txt, OUT_DIR/tb/<path>.json and turing-gdn.md (benchmarks/turing_bench.py; tb68/ and
+# turing-gdn-68sms.md the same on 68 SMs, caovan_kernels/turing/sm_limit.py), breakdown.json and
 # breakdown.txt (benchmarks/gdn_breakdown.py --sweep), gdn-bench.md (benchmarks/gdn_bench.py --quick --sweep, native)
 # and prints which steps failed. The kernel tests need torch and Triton only (no daemon dependencies).
 set -u
@@ -28,6 +29,11 @@ done
 echo "== GDN prefill end to end, decode and verify steps (benchmarks/turing_bench.py)"
 python3 benchmarks/turing_bench.py --only gdn --paths "$paths" --work-dir "$out/tb" --out "$out/turing-gdn.md" \
   || failed+=(turing_bench)
+
+echo "== the same on a 2080 Ti's 68 SMs (a CUDA green context; benchmarks/turing_bench.py --sms 68)"
+mkdir -p "$out/tb68"
+python3 benchmarks/turing_bench.py --only gdn --paths "$paths" --sms 68 --work-dir "$out/tb68" \
+  --out "$out/turing-gdn-68sms.md" || failed+=(turing_bench_68sms)
 
 echo "== GDN prefill, kernel by kernel with launch-shape sweep (benchmarks/gdn_breakdown.py)"
 python3 benchmarks/gdn_breakdown.py --paths "$paths" --sweep --out "$out/breakdown.json" >"$out/breakdown.txt" 2>&1 \

@@ -1,0 +1,102 @@
+"""The Turing proxy on a 2080 Ti's number of SMs.
+
+An H200 has 132 SMs, a 2080 Ti 68. A kernel whose programs outnumber what the SMs hold at once runs in waves
+(tensorcore75.registers.resident_blocks), and on 132 SMs the proxy can run in one wave what a 2080 Ti runs in two:
+GDNCore's prefill kernel 2 for one TP2 sequence is such a launch (docs/gdncore.md, "Residency"). `limit(num_sms)`
+gives a stream of a CUDA green context holding that many SMs (torch.cuda.green_contexts, a beta API; the driver
+may round the count up to its SM granularity), after checking with a probe kernel, which records the SM each of
+its programs ran on, that eager launches and CUDA-graph replays on that stream stay on at most that many SMs. Work
+timed on the stream, graphs captured on it included, then runs on that many SMs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+RTX_2080_TI_SMS = 68
+_PROBE_PROGRAMS_PER_SM = 8  # enough programs that every SM the stream may use gets some
+_PROBE_SPIN = 4096  # a few microseconds of work per program, so that programs spread over the SMs
+
+
+class SmLimitError(Exception):
+    """The GPU work cannot be held to the asked number of SMs here; timings on all SMs would misstate Turing."""
+
+
+@dataclass(frozen=True)
+class SmLimit:
+    asked: int
+    granted: int  # the most SMs the probe saw in use, eager or replayed from a graph
+    device_sms: int
+    stream: torch.cuda.Stream
+    context: Any  # the green context: the stream is valid while it lives
+
+    def describe(self) -> str:
+        return f"{self.granted} of the GPU's {self.device_sms} SMs (asked {self.asked}; a 2080 Ti has {RTX_2080_TI_SMS})"
+
+
+@triton.jit
+def _sm_probe_kernel(out_ptr, spin):
+    pid = tl.program_id(0)
+    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [pid], dtype=tl.int32, is_pure=False, pack=1)
+    acc = pid.to(tl.float32)
+    for _ in range(spin):
+        acc = acc * 0.999 + 1.0
+    # acc is never negative: the store always happens, and the loop cannot be dropped as dead code
+    tl.store(out_ptr + pid, tl.where(acc >= 0, sm, -1))
+
+
+def sms_used(stream: torch.cuda.Stream, device_sms: int, graph: bool) -> int:
+    """How many distinct SMs the probe's programs ran on when launched on `stream` (from a CUDA graph captured on it
+    when `graph`)."""
+    programs = _PROBE_PROGRAMS_PER_SM * device_sms
+    out = torch.full((programs,), -1, dtype=torch.int32, device="cuda")
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        launch = lambda: _sm_probe_kernel[(programs,)](out, _PROBE_SPIN)  # noqa: E731
+        launch()  # compiles outside any capture
+        if graph:
+            out.fill_(-1)
+            captured = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(captured, stream=stream):
+                launch()
+            captured.replay()
+    stream.synchronize()
+    if int(out.min()) < 0:
+        raise SmLimitError("the SM probe left programs unwritten; its launch did not run as asked")
+    return int(torch.unique(out).numel())
+
+
+def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
+    """A stream whose work runs on `num_sms` SMs of `device` (more if the driver rounds up), checked by the probe."""
+    if not torch.cuda.is_available():
+        raise SmLimitError("no CUDA GPU here: an SM limit is for timing the Turing proxy on an NVIDIA GPU")
+    device_sms = torch.cuda.get_device_properties(device).multi_processor_count
+    if not 0 < num_sms <= device_sms:
+        raise SmLimitError(f"asked for {num_sms} SMs on a GPU with {device_sms}; ask for 1 to {device_sms}")
+    try:
+        from torch.cuda.green_contexts import GreenContext
+
+        context = GreenContext.create(num_sms=num_sms, device_id=device)
+        stream = context.Stream()
+    except (ImportError, AttributeError, RuntimeError, TypeError) as exc:
+        raise SmLimitError(
+            f"torch {torch.__version__} could not give a stream on {num_sms} SMs through a CUDA green context "
+            f"({type(exc).__name__}: {exc}); green contexts need CUDA 12.4+ drivers and a torch whose GreenContext "
+            f"has Stream(). Run without the SM limit, and read its ratios against docs/gdncore.md's residency "
+            f"projection") from exc
+    try:
+        used = max(sms_used(stream, device_sms, graph=False), sms_used(stream, device_sms, graph=True))
+        all_used = sms_used(torch.cuda.Stream(device), device_sms, graph=False)
+    except RuntimeError as exc:  # torch's CUDA errors, a capture refused on the green context's stream
+        raise SmLimitError(f"the SM probe failed on a green context's stream ({type(exc).__name__}: {exc}); run "
+                           f"without the SM limit") from exc
+    if used >= all_used:
+        raise SmLimitError(f"work on the green context's stream ran on {used} SMs, as much as on a plain stream "
+                           f"({all_used}): the SM limit does not hold here, so its timings would not show Turing's "
+                           f"waves. Run without it")
+    return SmLimit(num_sms, used, device_sms, stream, context)
