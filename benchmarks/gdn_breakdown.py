@@ -1,6 +1,7 @@
 """Where the GDN prefill's GPU time goes, kernel by kernel: GDNCore beside fla-core's and vLLM's kernels.
 
     python benchmarks/gdn_breakdown.py [--paths native,mma] [--shapes 1x8192,4x8192] [--out FILE] [--sweep]
+                                       [--sms 68]
 
 For each code path (caovan_kernels/turing/paths.py: native, the Turing proxy with Triton's FMA lowering, the proxy
 with TensorCore75), one child process profiles each implementation at Qwen3.6-27B's TP2 GDN shape (H=8, HV=24,
@@ -8,6 +9,8 @@ K=V=128, fp16, initial states in, final states out) with torch.profiler and prin
 call. fla-core (`fla`) and vLLM's kernels are used when importable (neither is a dependency). The totals include no
 launch gaps; benchmarks/turing_bench.py gives the end-to-end time per call. `--sweep` adds GDNCore under other launch
 shapes (warps of kernel 1; value block and warps of kernel 2) on each path: what its defaults should be there.
+`--sms 68` runs on a 2080 Ti's number of SMs (caovan_kernels/turing/sm_limit.py), where kernel 2's programs for one
+sequence take more waves than on the GPU's own.
 """
 
 from __future__ import annotations
@@ -86,11 +89,22 @@ def _profile(fn: Callable[[], object]) -> dict[str, float]:
     return dict(per_kernel)
 
 
-def _child(path: str, shapes: list[str], only: str | None, plain: bool, sweep: bool, out: Path) -> None:
-    from caovan_kernels.turing import paths
+def _child(path: str, shapes: list[str], only: str | None, plain: bool, sweep: bool, sms: int | None,
+           out: Path) -> None:
+    import torch
+
+    from caovan_kernels.turing import paths, sm_limit
 
     described = paths.enter(path)
+    held = sm_limit.limit(sms) if sms else None
+    if held:
+        described += f", on {held.describe()}"
     print(f"[{path}] {described}", file=sys.stderr, flush=True)
+    with torch.cuda.stream(held.stream if held else None):  # no-op without a limit
+        _profile_shapes(path, shapes, only, plain, sweep, out)
+
+
+def _profile_shapes(path: str, shapes: list[str], only: str | None, plain: bool, sweep: bool, out: Path) -> None:
     result: dict[str, dict[str, dict[str, float]]] = {}
     for shape in shapes:
         reference = None
@@ -133,13 +147,14 @@ def main() -> int:
     parser.add_argument("--only", help="one implementation (GDNCore, fla-core, vLLM)")
     parser.add_argument("--plain", action="store_true", help="run the calls without torch's profiler (for ncu)")
     parser.add_argument("--sweep", action="store_true", help="GDNCore under other launch shapes too")
+    parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's; turing/sm_limit.py)")
     opts = parser.parse_args()
     shapes = [s for s in opts.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shape(s) {', '.join(unknown)}; choose from {', '.join(SHAPES)}")
     if opts.path:
-        _child(opts.path, shapes, opts.only, opts.plain, opts.sweep, opts.out)
+        _child(opts.path, shapes, opts.only, opts.plain, opts.sweep, opts.sms, opts.out)
         return 0
     from caovan_kernels.turing import paths
 
@@ -147,7 +162,8 @@ def main() -> int:
     for path in paths.chosen(opts.paths):
         out = Path(f"/tmp/gdn_breakdown_{path}.json")
         extra = ["--shapes", ",".join(shapes)] + (["--only", opts.only] if opts.only else []) + \
-            (["--plain"] if opts.plain else []) + (["--sweep"] if opts.sweep else [])
+            (["--plain"] if opts.plain else []) + (["--sweep"] if opts.sweep else []) + \
+            (["--sms", str(opts.sms)] if opts.sms else [])
         results[path] = paths.run_child(Path(__file__), path, extra, out, 1800)
         print(table(path, results[path]), flush=True)
     if opts.out:

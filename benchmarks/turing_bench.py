@@ -83,8 +83,6 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
 
 
 def _child(path: str, quick: bool, only: str, sms: int | None, out: Path) -> None:
-    import contextlib
-
     import torch
     from gdn_bench import gpu_time_us
 
@@ -92,13 +90,12 @@ def _child(path: str, quick: bool, only: str, sms: int | None, out: Path) -> Non
     from caovan_kernels.turing import paths, sm_limit
 
     described = paths.enter(path)
-    stream, on_stream = None, contextlib.nullcontext()
-    if sms:
-        held = sm_limit.limit(sms)
+    held = sm_limit.limit(sms) if sms else None
+    stream = held.stream if held else None
+    if held:
         described += f", on {held.describe()}"
-        stream, on_stream = held.stream, torch.cuda.stream(held.stream)
     times = {}
-    with on_stream:  # inputs, compiles and timings all on the held SMs' stream
+    with torch.cuda.stream(stream):  # inputs, compiles and timings on the held SMs (no-op without a limit)
         for name, fn in _cases(quick, only).items():
             fn()  # compile and autotune outside the timing
             calls = STEP_CALLS_PER_GRAPH if name.startswith("gdn step") else 2
