@@ -3,20 +3,21 @@
 Per 64-token chunk, with cumulative log decays G_i, A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j) and the inverse
 with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
 
-    Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, one program per chunk and value head)
+    Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, a program per chunk, value head
+                                                                       and each of the two)
     v' = Ti (v - exp(G) (k S))                                        (kernel 2, one program per sequence, value
     o  = scale exp(G) (q S) + Aqk v'                                   head and value block, chunks in order)
     S <- exp(G_last) S + k^T (exp(G_last - G) v')
 
 Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and forms
-the six blocks below them by block forward substitution. The classic WY form's w = Ti exp(G) k and u = Ti v are
-never formed: kernel 2 applies Ti to the chunk's residual instead, which costs it one 64x64 product per step and
-saves writing and reading w and u (4 bytes per token, value head and head-dim element in fp16: most of the
-prefill's memory traffic on a 616 GB/s 2080 Ti). The state S stays fp32 in kernel 2 for the whole sequence (in
-registers; where dots are FMA, in a per-program scratch, see prefill_blocks); only Ti, Aqk (input dtype) and G
-(fp32) go through memory. How the products run (operand dtype, block sizes) follows a DotPlan: tensor cores on
-sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise. reference.chunked_gated_delta_rule is
-the same algorithm in plain torch.
+the six blocks below them by block forward substitution; Aqk comes from a program of its own. The classic WY form's
+w = Ti exp(G) k and u = Ti v are never formed: kernel 2 applies Ti to the chunk's residual instead, which costs it
+one 64x64 product per step and saves writing and reading w and u (4 bytes per token, value head and head-dim element
+in fp16: most of the prefill's memory traffic on a 616 GB/s 2080 Ti). The state S stays fp32 in kernel 2 for the
+whole sequence (in registers; where dots are FMA, in a per-program scratch, see prefill_blocks); only Ti, Aqk (input
+dtype) and G (fp32) go through memory. How the products run (operand dtype, block sizes) follows a DotPlan: tensor
+cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise.
+reference.chunked_gated_delta_rule is the same algorithm in plain torch.
 """
 
 from __future__ import annotations
