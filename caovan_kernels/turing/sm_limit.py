@@ -19,8 +19,10 @@ import triton
 import triton.language as tl
 
 RTX_2080_TI_SMS = 68
-_PROBE_PROGRAMS_PER_SM = 8  # enough programs that every SM the stream may use gets some
-_PROBE_SPIN = 4096  # a few microseconds of work per program, so that programs spread over the SMs
+# Enough programs that every SM the work may use gets some (16 per SM of a 256-SM GPU), each a few microseconds
+# long, so that they spread over the SMs rather than finish on the first few.
+_PROBE_PROGRAMS = 4096
+_PROBE_SPIN = 4096
 
 
 class SmLimitError(Exception):
@@ -31,7 +33,7 @@ class SmLimitError(Exception):
 class SmLimit:
     asked: int
     granted: int  # the most SMs the probe saw in use, eager or replayed from a graph
-    device_sms: int
+    device_sms: int  # the SMs the probe saw in use on a plain stream: the GPU's own (the proxy's view may say 68)
     stream: torch.cuda.Stream
     context: Any  # the green context: the stream is valid while it lives
 
@@ -50,14 +52,16 @@ def _sm_probe_kernel(out_ptr, spin):
     tl.store(out_ptr + pid, tl.where(acc >= 0, sm, -1))
 
 
-def sms_used(stream: torch.cuda.Stream, device_sms: int, graph: bool) -> int:
+def sms_used(stream: torch.cuda.Stream, graph: bool) -> int:
     """How many distinct SMs the probe's programs ran on when launched on `stream` (from a CUDA graph captured on it
     when `graph`)."""
-    programs = _PROBE_PROGRAMS_PER_SM * device_sms
-    out = torch.full((programs,), -1, dtype=torch.int32, device="cuda")
+    out = torch.full((_PROBE_PROGRAMS,), -1, dtype=torch.int32, device="cuda")
+
+    def launch() -> None:
+        _sm_probe_kernel[(_PROBE_PROGRAMS,)](out, _PROBE_SPIN)
+
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        launch = lambda: _sm_probe_kernel[(programs,)](out, _PROBE_SPIN)  # noqa: E731
         launch()  # compiles outside any capture
         if graph:
             out.fill_(-1)
@@ -72,12 +76,18 @@ def sms_used(stream: torch.cuda.Stream, device_sms: int, graph: bool) -> int:
 
 
 def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
-    """A stream whose work runs on `num_sms` SMs of `device` (more if the driver rounds up), checked by the probe."""
+    """A stream whose work runs on `num_sms` SMs of `device` (more if the driver rounds up), checked by the probe.
+    The GPU's own SM count comes from the probe too: on the Turing proxy torch's device properties may be the 2080
+    Ti view's (turing/device_view.py)."""
     if not torch.cuda.is_available():
         raise SmLimitError("no CUDA GPU here: an SM limit is for timing the Turing proxy on an NVIDIA GPU")
-    device_sms = torch.cuda.get_device_properties(device).multi_processor_count
-    if not 0 < num_sms <= device_sms:
-        raise SmLimitError(f"asked for {num_sms} SMs on a GPU with {device_sms}; ask for 1 to {device_sms}")
+    try:
+        device_sms = sms_used(torch.cuda.Stream(device), graph=False)
+    except RuntimeError as exc:  # torch's CUDA errors
+        raise SmLimitError(f"the SM probe failed on a plain stream ({type(exc).__name__}: {exc})") from exc
+    if not 0 < num_sms < device_sms:
+        raise SmLimitError(f"asked for {num_sms} SMs on a GPU whose work runs on {device_sms}; ask for 1 to "
+                           f"{device_sms - 1}, or run without the limit")
     try:
         from torch.cuda.green_contexts import GreenContext
 
@@ -90,13 +100,12 @@ def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
             f"has Stream(). Run without the SM limit, and read its ratios against docs/gdncore.md's residency "
             f"projection") from exc
     try:
-        used = max(sms_used(stream, device_sms, graph=False), sms_used(stream, device_sms, graph=True))
-        all_used = sms_used(torch.cuda.Stream(device), device_sms, graph=False)
+        used = max(sms_used(stream, graph=False), sms_used(stream, graph=True))
     except RuntimeError as exc:  # torch's CUDA errors, a capture refused on the green context's stream
         raise SmLimitError(f"the SM probe failed on a green context's stream ({type(exc).__name__}: {exc}); run "
                            f"without the SM limit") from exc
-    if used >= all_used:
+    if used >= device_sms:
         raise SmLimitError(f"work on the green context's stream ran on {used} SMs, as much as on a plain stream "
-                           f"({all_used}): the SM limit does not hold here, so its timings would not show Turing's "
+                           f"({device_sms}): the SM limit does not hold here, so its timings would not show Turing's "
                            f"waves. Run without it")
     return SmLimit(num_sms, used, device_sms, stream, context)
