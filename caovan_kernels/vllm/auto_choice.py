@@ -24,12 +24,15 @@ class Measured:
 # small-batch decode is faster on sm_75 either way).
 SM75_FMA = Measured(
     "sm_75 with Triton's FMA dots", False,
-    "prefill: vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / "
-    "63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us")
+    "on the Turing proxy, sm_75 code on an H200: prefill, vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), "
+    "GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / 63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore "
+    "17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", True,
-    "prefill on m16n8k8, 2026-12-02 (kernel 2 loading keys ahead): GDNCore 0.80 / 3.10 / 2.60 ms, vLLM's kernels "
-    "0.94 / 3.79 / 2.72 ms; decode B=2 T=4 eager: GDNCore 17.8 us, vLLM's 51.9 us (2026-12-01)")
+    "on the Turing proxy, sm_75 code on an H200: prefill on m16n8k8, 2026-12-02 (kernel 2 loading keys ahead): "
+    "GDNCore 0.80 / 3.10 / 2.60 ms, vLLM's kernels 0.94 / 3.79 / 2.72 ms; decode B=2 T=4 eager: GDNCore 17.8 us, "
+    "vLLM's 51.9 us (2026-12-01). Not measured on a 2080 Ti, whose 68 SMs may take GDNCore's kernel 2 for one "
+    "sequence in twice the H200's waves (a projection, docs/gdncore.md)")
 SM90 = Measured(
     "sm_90", False,
     "prefill kernels at 1x8192 / 4x8192 tokens, 2026-12-02 (GDNCore's kernel 1 at 1 warp): vLLM's 0.47 / 1.68 ms, "
