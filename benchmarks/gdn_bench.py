@@ -65,8 +65,9 @@ def gpu_time_us(fn: Callable[[], object], calls_per_graph: int, replays: int = 2
                 stream: torch.cuda.Stream | None = None) -> float:
     """Median GPU time per call from CUDA-graph replays; falls back to events around eager calls if capture fails.
     `stream`: warm up and capture there (a green context's stream keeps the graph on its SMs, turing/sm_limit.py);
-    by default a side stream and torch's own capture stream."""
-    side = stream or torch.cuda.Stream()
+    by default a side stream and torch's own capture stream. Replays and eager calls run on the current stream: the
+    caller makes `stream` current for them to run there too."""
+    side = stream if stream is not None else torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):

@@ -3,8 +3,8 @@
 Per 64-token chunk, with cumulative log decays G_i, A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j) and the inverse
 with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
 
-    Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, a program per chunk, value head
-                                                                       and each of the two)
+    Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, one program per chunk, value head
+                                                                       and part: Ti and G; Aqk)
     v' = Ti (v - exp(G) (k S))                                        (kernel 2, one program per sequence, value
     o  = scale exp(G) (q S) + Aqk v'                                   head and value block, chunks in order)
     S <- exp(G_last) S + k^T (exp(G_last - G) v')
@@ -144,7 +144,6 @@ def _chunk_wy_kernel(
     G2 = tl.cumsum(g2, 0) + tl.sum(g0, 0) + tl.sum(g1, 0)
     G3 = tl.cumsum(g3, 0) + tl.sum(g0, 0) + tl.sum(g1, 0) + tl.sum(g2, 0)
     off_k = h * dim_k
-    z = tl.zeros([SUB, SUB], dtype=tl.float32)
     if part == 1:
         _chunk_aqk(q_ptr, k_ptr, aqk_ptr, t0, t1, t2, t3, m0, m1, m2, m3, G0, G1, G2, G3, stride_q, stride_k, off_k,
                    hv * 4 * SUB, heads_v * 4 * SUB, scale, dim_k, op_t, BKC, SUB, DOT)
@@ -164,6 +163,7 @@ def _chunk_wy_kernel(
         b3 = tl.where(m3, tl.sigmoid(b3) * beta_scale, 0.0)
 
     # k k^T sub-blocks on or below the diagonal, accumulated over key columns
+    z = tl.zeros([SUB, SUB], dtype=tl.float32)
     kk10, kk20, kk21, kk30, kk31, kk32 = z, z, z, z, z, z
     kk00, kk11, kk22, kk33 = z, z, z, z
     for kc in range(0, dim_k, BKC):
@@ -478,7 +478,7 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     16x16 products are small for more than one warp. Before kernel 1 was split in two parts (2026-12-03), on the
     Turing proxy (H200, 2026-12-02, TP2 1x8192) it took 142 us at 1 warp, 242 at 2 and 457 at 4, but spilled 88
     bytes on sm_75 at 1 warp, so the Turing MMA form ran it at 2; natively at 1 warp it took 97 against 305 us at 4
-    (4x8192: 390 against 1228), spilling 160 bytes on sm_90 and 84 on sm_80. Split, it compiles at 1 warp without
+    (4x8192: 390 against 1228), spilling on sm_90 and sm_80 (160-296 and 84-168 bytes, by compile settings). Split, it compiles at 1 warp without
     spills for sm_75 (185 registers), sm_80 (198) and sm_90 (200), and every form with tensor cores runs it there;
     the split kernel's own GPU times are not measured yet (docs/verification.md, pending runs).
     Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long

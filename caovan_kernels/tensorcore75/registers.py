@@ -17,13 +17,17 @@ from dataclasses import dataclass
 from .cubin import Resources, kernel_resources
 
 # Turing (sm_75) per SM: its register file, shared memory, and block and warp limits; per thread: 255 registers,
-# allocated in steps of 8 (a warp's registers come in units of 256).
+# allocated in steps of 8 (a warp's registers come in units of 256). The register file is split among the SM's
+# four sub-partitions (one scheduler each), and a warp takes all its registers from one of them; shared memory is
+# allocated in steps of 256 bytes.
 TURING_REGISTERS = 65536
+TURING_SUB_PARTITIONS = 4
 TURING_SHARED_PER_SM = 64 * 1024
 TURING_BLOCKS_PER_SM = 16
 TURING_WARPS_PER_SM = 32
 TURING_MAX_REGISTERS = 255
 _REGISTER_STEP = 8
+_SHARED_STEP = 256
 
 _REQNTID = re.compile(r"(?m)^\.reqntid [^\n]*\n")
 _MAXNREG = re.compile(r"(?m)^\.maxnreg\b")
@@ -34,21 +38,24 @@ def register_budget(num_warps: int, shared_bytes: int) -> int:
     (and the SM's block and warp limits) allow."""
     blocks = min(TURING_BLOCKS_PER_SM, TURING_WARPS_PER_SM // num_warps)
     if shared_bytes:
-        blocks = min(blocks, TURING_SHARED_PER_SM // shared_bytes)
-    blocks = max(blocks, 1)
-    per_thread = TURING_REGISTERS // (num_warps * 32 * blocks) // _REGISTER_STEP * _REGISTER_STEP
-    return min(TURING_MAX_REGISTERS, per_thread)
+        blocks = min(blocks, TURING_SHARED_PER_SM // _round_up(shared_bytes, _SHARED_STEP))
+    warps_per_partition = -(-max(blocks, 1) * num_warps // TURING_SUB_PARTITIONS)
+    per_thread = TURING_REGISTERS // TURING_SUB_PARTITIONS // warps_per_partition // 32
+    return min(TURING_MAX_REGISTERS, per_thread // _REGISTER_STEP * _REGISTER_STEP)
 
 
 def resident_blocks(registers: int, shared_bytes: int, num_warps: int) -> int:
-    """How many blocks (programs) of a kernel one Turing SM holds at once (0: none fits): its registers go per warp
-    in units of 256. A 2080 Ti has 68 SMs, so a launch of more than 68 times this many blocks runs in waves; the
-    H200 the Turing proxy runs on has 132 SMs (and more shared memory), so the proxy can run in one wave what a 2080 Ti
-    runs in two."""
-    warp_registers = -(-registers * 32 // (_REGISTER_STEP * 32)) * _REGISTER_STEP * 32
-    by_registers = TURING_REGISTERS // (warp_registers * num_warps)
-    by_shared = TURING_SHARED_PER_SM // shared_bytes if shared_bytes else TURING_BLOCKS_PER_SM
-    return min(by_registers, by_shared, TURING_WARPS_PER_SM // num_warps, TURING_BLOCKS_PER_SM)
+    """How many blocks (programs) of a kernel one Turing SM holds at once (0: none fits), by CUDA's occupancy rules.
+    A 2080 Ti has 68 SMs, so a launch of more than 68 times this many blocks runs in waves; the H200 the Turing proxy
+    runs on has 132 SMs (and more shared memory), so the proxy can run in one wave what a 2080 Ti runs in two."""
+    warp_registers = _round_up(registers * 32, _REGISTER_STEP * 32)
+    warps = TURING_REGISTERS // TURING_SUB_PARTITIONS // warp_registers * TURING_SUB_PARTITIONS
+    by_shared = TURING_SHARED_PER_SM // _round_up(shared_bytes, _SHARED_STEP) if shared_bytes else TURING_BLOCKS_PER_SM
+    return min(warps // num_warps, by_shared, TURING_WARPS_PER_SM // num_warps, TURING_BLOCKS_PER_SM)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
 
 
 def with_maxnreg(ptx: str, registers: int) -> str:

@@ -23,6 +23,9 @@ RTX_2080_TI_SMS = 68
 # long, so that they spread over the SMs rather than finish on the first few.
 _PROBE_PROGRAMS = 4096
 _PROBE_SPIN = 4096
+# Drivers split SMs off in groups (8 on Hopper): a count granted above the asked one by less than this is the
+# driver's rounding, not a limit that failed.
+_SM_GRANULARITY = 8
 
 
 class SmLimitError(Exception):
@@ -55,7 +58,7 @@ def _sm_probe_kernel(out_ptr, spin):
 def sms_used(stream: torch.cuda.Stream, graph: bool) -> int:
     """How many distinct SMs the probe's programs ran on when launched on `stream` (from a CUDA graph captured on it
     when `graph`)."""
-    out = torch.full((_PROBE_PROGRAMS,), -1, dtype=torch.int32, device="cuda")
+    out = torch.full((_PROBE_PROGRAMS,), -1, dtype=torch.int32, device=stream.device)
 
     def launch() -> None:
         _sm_probe_kernel[(_PROBE_PROGRAMS,)](out, _PROBE_SPIN)
@@ -81,6 +84,11 @@ def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
     Ti view's (turing/device_view.py)."""
     if not torch.cuda.is_available():
         raise SmLimitError("no CUDA GPU here: an SM limit is for timing the Turing proxy on an NVIDIA GPU")
+    with torch.cuda.device(device):
+        return _limit(num_sms, device)
+
+
+def _limit(num_sms: int, device: int) -> SmLimit:
     try:
         device_sms = sms_used(torch.cuda.Stream(device), graph=False)
     except RuntimeError as exc:  # torch's CUDA errors
@@ -96,16 +104,20 @@ def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
     except (ImportError, AttributeError, RuntimeError, TypeError) as exc:
         raise SmLimitError(
             f"torch {torch.__version__} could not give a stream on {num_sms} SMs through a CUDA green context "
-            f"({type(exc).__name__}: {exc}); green contexts need CUDA 12.4+ drivers and a torch whose GreenContext "
-            f"has Stream(). Run without the SM limit, and read its ratios against docs/gdncore.md's residency "
-            f"projection") from exc
+            f"({type(exc).__name__}: {exc}); torch's green contexts need torch and a driver for CUDA 12.8+, a "
+            f"GreenContext with Stream(), and an SM count the driver can split off. Run without the SM limit, and "
+            f"read its ratios against docs/gdncore.md's residency projection") from exc
     try:
         used = max(sms_used(stream, graph=False), sms_used(stream, graph=True))
     except RuntimeError as exc:  # torch's CUDA errors, a capture refused on the green context's stream
         raise SmLimitError(f"the SM probe failed on a green context's stream ({type(exc).__name__}: {exc}); run "
                            f"without the SM limit") from exc
-    if used >= device_sms:
-        raise SmLimitError(f"work on the green context's stream ran on {used} SMs, as much as on a plain stream "
-                           f"({device_sms}): the SM limit does not hold here, so its timings would not show Turing's "
-                           f"waves. Run without it")
+    if used > _round_up(num_sms, _SM_GRANULARITY) or used >= device_sms:
+        raise SmLimitError(f"work on the green context's stream ran on {used} SMs (asked {num_sms}, a plain "
+                           f"stream {device_sms}): the SM limit does not hold as asked here, so its timings would not "
+                           f"show a 2080 Ti's waves. Run without it")
     return SmLimit(num_sms, used, device_sms, stream, context)
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step

@@ -22,15 +22,18 @@ from tests.caovan_kernels.tensorcore75.sm75_ptx import LOCAL_ARRAY, assemble, li
     (4, 0, 64),  # no shared memory: 8 blocks, the SM's 32 warps
     (1, 0, 128),  # 16 blocks, the SM's block limit
     (32, 0, 64),  # one block of 1024 threads
+    (2, 12288, 168),  # five blocks, 10 warps: 3 in one of the four register sub-partitions, 16384 / 96 threads
 ])
 def test_the_budget_keeps_the_blocks_shared_memory_allows(num_warps: int, shared: int, budget: int) -> None:
     assert register_budget(num_warps, shared) == budget
 
 
 @pytest.mark.parametrize(("registers", "shared", "num_warps", "blocks"), [
-    (246, 57344, 8, 1),  # 7936 registers a warp (246 x 32 rounded up to 256), 63488 a block; 56 KB of 64
-    (168, 12288, 4, 3),  # 5376 a warp, 21504 a block: registers bound it (shared memory would allow 5)
-    (185, 3072, 1, 10),  # 6144 a warp; 21 blocks by shared memory
+    (246, 57344, 8, 1),  # 7936 registers a warp (246 x 32 rounded up to 256): 2 in each 16384-register
+    # sub-partition, 8 warps an SM; 56 KB of 64
+    (168, 12288, 4, 3),  # 5376 a warp: 3 a sub-partition, 12 warps; shared memory would allow 5
+    (185, 3072, 1, 8),  # 6144 a warp: 2 a sub-partition (the whole file would hold 10); 21 by shared memory
+    (64, 13107, 1, 4),  # shared memory goes in steps of 256 bytes: 13312 a block (13107 would fit 5)
     (32, 0, 1, 16),  # the SM's block limit
     (64, 0, 8, 4),  # the SM's 32 warps
     (255, 65537, 1, 0),  # more shared memory than the SM has

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from caovan_kernels.turing import sm_limit
 
@@ -48,6 +49,7 @@ def test_the_probe_reads_the_sm_id_and_assembles_for_hopper_and_turing() -> None
         assert result["smid"] and result["ptxas"] == 0, (gpu, result)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the limit runs its probe instead")
 def test_without_a_gpu_the_limit_says_why() -> None:
     with pytest.raises(sm_limit.SmLimitError, match="no CUDA GPU here"):
         sm_limit.limit(sm_limit.RTX_2080_TI_SMS)
