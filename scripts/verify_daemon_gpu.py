@@ -5,9 +5,10 @@ Run on a machine with CUDA vLLM and this project installed, from the repository 
     python scripts/verify_daemon_gpu.py DEMO_MODEL_DIR [--out-dir DIR]
 It starts `caovan serve DEMO_MODEL_DIR -- <the demo's vLLM arguments>`, then: reads /metrics for the caovan_gpu_*
 series and checks NVML sees the engine's processes; runs the proxy benchmark (1, 16, 64 streams, direct vs
-through the daemon, the same code as benchmarks/proxy_bench.py); POSTs /restart and times it; stops the daemon
-with Ctrl-C and checks that no engine process is left and NVML shows no process of the old engine. It prints a
-Markdown report (also DIR/daemon-gpu.md) and exits 0 when every check held. CI cannot run it (no GPU there).
+through the daemon, the same code as benchmarks/proxy_bench.py); POSTs /restart and times it (unless
+--no-restart); stops the daemon with Ctrl-C and checks that no engine process is left and NVML shows no process of
+the old engine. It prints a Markdown report (also DIR/daemon-gpu.md) and exits 0 when every check held. CI cannot
+run it (no GPU there).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import importlib.metadata
 import json
 import os
 import re
@@ -75,6 +77,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="Alternating direct/daemon rounds per concurrency.")
     parser.add_argument("--routed", action="store_true", help="Serve the model as a models table's one entry, so "
                                                              "the daemon routes each request by its model.")
+    parser.add_argument("--no-restart", action="store_true", help="Skip the restart check (80-95 s of engine "
+                                                                 "start), for a GPU session short of time.")
     opts = parser.parse_args()
     bench_args = argparse.Namespace(concurrency=opts.concurrency, requests=2, rounds=opts.rounds, max_tokens=32,
                                     hop_samples=300)
@@ -104,16 +108,19 @@ def main() -> int:
             results, hop = asyncio.run(bench(status["engine"]["url"], url, bench_args))
             lines += ["", table(results, hop), ""]
 
-            run_id = status["engine"]["run_id"]
-            restart_at = time.monotonic()
-            httpx.post(f"{url}/restart", timeout=30).raise_for_status()
-            status = wait_state(url, "ready", 600, not_before=run_id)
-            lines.append(f"- POST /restart to ready again: {time.monotonic() - restart_at:.0f} s; old engine's "
-                         f"processes on the GPU afterwards: {'; '.join(gpu_holders(pids)) or 'none'}; "
-                         f"last_error: {status['last_error'] or 'none'}")
-            if gpu_holders(pids) or "GPU memory still held" in status["last_error"]:
-                problems.append("the old engine still held GPU memory after the restart")
-            pids = engine_pids(status)
+            if opts.no_restart:
+                lines.append("- POST /restart: not checked this run (--no-restart)")
+            else:
+                run_id = status["engine"]["run_id"]
+                restart_at = time.monotonic()
+                httpx.post(f"{url}/restart", timeout=30).raise_for_status()
+                status = wait_state(url, "ready", 600, not_before=run_id)
+                lines.append(f"- POST /restart to ready again: {time.monotonic() - restart_at:.0f} s; old engine's "
+                             f"processes on the GPU afterwards: {'; '.join(gpu_holders(pids)) or 'none'}; "
+                             f"last_error: {status['last_error'] or 'none'}")
+                if gpu_holders(pids) or "GPU memory still held" in status["last_error"]:
+                    problems.append("the old engine still held GPU memory after the restart")
+                pids = engine_pids(status)
         finally:
             if problem := stop_daemon(daemon):
                 problems.append(problem)
@@ -133,11 +140,18 @@ def main() -> int:
     import torch
     import vllm
 
+    def version(package: str) -> str:
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            return "absent"
+
     gpus = ", ".join(sorted({s.name for s in gpu_samples()})) or "no GPU"  # NVML: no CUDA context in this process
     header = [f"## The daemon beside CUDA vLLM ({datetime.date.today().isoformat()})", "",
               f"- stack: vLLM {vllm.__version__}, torch {torch.__version__}, {gpus}, {psutil.cpu_count()} CPU "
-              f"cores; demo model, MTP=3, CUDA graphs on; load: {opts.rounds} alternating rounds x 2 streamed chat "
-              "completions per stream, 32 max tokens"]
+              f"cores; uvloop {version('uvloop')}, httptools {version('httptools')} (uvicorn falls back to asyncio's "
+              f"loop and a pure-Python parser without them); demo model, MTP=3, CUDA graphs on; load: {opts.rounds} "
+              "alternating rounds x 2 streamed chat completions per stream, 32 max tokens"]
     report = "\n".join([*header, *lines, f"- result: {'PASS' if not problems else 'FAIL'}",
                         *[f"  - {p}" for p in problems], ""])
     print(report)
