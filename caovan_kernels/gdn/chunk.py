@@ -289,18 +289,17 @@ def _chunk_keys(k_ptr, gcum_ptr, t0, eos, h, hv, rt, rk, km, stride_k, heads_v, 
 
 @triton.jit
 def _chunk_rest(
-    q_ptr, v_ptr, tinv_ptr, aqk_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
+    q_ptr, v_ptr, tinv_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
     stride_q, stride_v, heads_v, dim_k, dim_v, BT: tl.constexpr,
 ):  # fmt: skip
-    """The chunk at t0's q, v, Ti and Aqk (needed after its first product)."""
+    """The chunk at t0's q, v and Ti (needed after its first product; Aqk only at its end)."""
     tok = t0 + rt
     tm = tok < eos
     hrow = tok * heads_v + hv
     q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
     v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
     ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-    a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-    return q, v, ti, a
+    return q, v, ti
 
 
 @triton.jit
@@ -372,8 +371,8 @@ def _chunk_state_output_kernel(
             if PREFETCH:  # keys loaded during the last chunk; the next chunk's keys and this one's rest set off now
                 G, g_last, k = G_n, gl_n, k_n
                 G_n, gl_n, k_n = _chunk_keys(k_ptr, gcum_ptr, t0 + BT, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT)
-                q, v, ti, a = _chunk_rest(q_ptr, v_ptr, tinv_ptr, aqk_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
-                                          stride_q, stride_v, heads_v, dim_k, dim_v, BT)
+                q, v, ti = _chunk_rest(q_ptr, v_ptr, tinv_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
+                                       stride_q, stride_v, heads_v, dim_k, dim_v, BT)
                 k, q = k.to(op_t), q.to(op_t)
             else:
                 G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
@@ -382,8 +381,15 @@ def _chunk_state_output_kernel(
                 k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
                 q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
             S_op = S.to(op_t)
-            ks = tl.dot(k, S_op, input_precision=DOT)
-            qs = tl.dot(q, S_op, input_precision=DOT)
+            if PREFETCH:
+                # q S first: Triton stages dot operands in shared memory from their loads on, and in this order
+                # q's buffer is free again before the chain's operands need theirs (sm_75, K=V=128: 32 KB instead
+                # of 56 with Aqk loaded late too, so two 4-warp programs fit an SM's 64 KB)
+                qs = tl.dot(q, S_op, input_precision=DOT)
+                ks = tl.dot(k, S_op, input_precision=DOT)
+            else:
+                ks = tl.dot(k, S_op, input_precision=DOT)
+                qs = tl.dot(q, S_op, input_precision=DOT)
             if not PREFETCH:
                 v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
             e_g = tl.exp(G)
@@ -391,8 +397,7 @@ def _chunk_state_output_kernel(
             if not PREFETCH:
                 ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
-            if not PREFETCH:
-                a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
             tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
             v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
