@@ -8,7 +8,7 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
 in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off) or gdncore
-(caovan_mode=force: GDNCore on both paths; auto picks it on the proxy path only, see auto_choice). `start` (which
+(caovan_mode=force: GDNCore on both paths, whatever auto would pick, see auto_choice). `start` (which
 needs this project installed as a package: vLLM finds the plugin by entry point) launches one daemon in its own
 session and returns, so several engines start side by side on one GPU and a cold start may span commands. The engine
 gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is computed here from the real

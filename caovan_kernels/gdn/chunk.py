@@ -484,12 +484,14 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     Turing proxy (H200, 2026-12-02, TP2 1x8192) it took 142 us at 1 warp, 242 at 2 and 457 at 4, but spilled 88
     bytes on sm_75 at 1 warp, so the Turing MMA form ran it at 2; natively at 1 warp it took 97 against 305 us at 4
     (4x8192: 390 against 1228), spilling on sm_90 and sm_80 (160-296 and 84-168 bytes, by compile settings). Split, it compiles at 1 warp without
-    spills for sm_75 (185 registers), sm_80 (198) and sm_90 (200), and every form with tensor cores runs it there;
-    the split kernel's own GPU times are not measured yet (docs/verification.md, pending runs).
+    spills for sm_75 (185 registers), sm_80 (198) and sm_90 (200), and every form with tensor cores runs it there
+    (Turing proxy on 72 SMs, 2026-12-03, 1x8192: 252 us at 1 warp, 456 at 2, 940 at 4).
     Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long
     sequence); on sm_75 it loads the next chunk's keys ahead (prefetch) at 8 warps (Turing proxy, 2026-12-02, TP2
     1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with
-    vLLM's [V, K] state layout, as does 4 without prefetch at K 128); on sm_80+ it runs at 4 warps without prefetch
+    vLLM's [V, K] state layout, as does 4 without prefetch at K 128). On a 2080 Ti's SM count (72 of the H200's,
+    2026-12-03) 4 warps, two programs per SM since kernel 2 needs 32 KB of shared memory, took 747 us against 1014
+    at 8, but spill 332-364 bytes on sm_75, so 8 it stays; on sm_80+ it runs at 4 warps without prefetch
     (launchable).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state

@@ -1,4 +1,5 @@
-"""Where caovan_mode=auto runs GDNCore: only on a platform where it measured faster than vLLM's own GDN kernels.
+"""Where caovan_mode=auto runs GDNCore: only on a platform where it measured faster than vLLM's own GDN kernels
+(prefill at every measured shape, and decode).
 
 One row per platform class with the measurement behind it (docs/gdncore.md keeps the same table with dates). A
 platform class without a measurement keeps vLLM's kernels: auto must never make a user slower, and an unmeasured
@@ -19,24 +20,24 @@ class Measured:
 
 # Measured on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16, Qwen3.6-27B's
 # GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is 1x8192 / 1x32768
-# / 4x8192 tokens; GDNCore's figures are of its reworked prefill (2026-12-02). Prefill decides: one layer class runs
-# both prefill and decode, and on a long prompt the prefill outweighs what the decode steps gain or lose (GDNCore's
-# small-batch decode is faster on sm_75 either way).
+# / 4x8192 tokens. Prefill decides: one layer class runs both prefill and decode, and on a long prompt the prefill
+# outweighs what the decode steps gain or lose. On sm_75 the proxy decides on a 2080 Ti's SM count (--sms 68: the
+# driver grants 72 of the H200's 132), since a 2080 Ti takes GDNCore's kernel 2 in more waves than the whole H200.
 SM75_FMA = Measured(
     "sm_75 with Triton's FMA dots", False,
     "on the Turing proxy, sm_75 code on an H200: prefill, vLLM's kernels 4.27 / 17.2 / 15.0 ms (2026-12-01), "
     "GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / 63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore "
     "17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
-    "sm_75 with TensorCore75", True,
-    "on the Turing proxy, sm_75 code on an H200: prefill on m16n8k8, 2026-12-02 (kernel 2 loading keys ahead): "
-    "GDNCore 0.80 / 3.10 / 2.60 ms, vLLM's kernels 0.94 / 3.79 / 2.72 ms; decode B=2 T=4 eager: GDNCore 17.8 us, "
-    "vLLM's 51.9 us (2026-12-01). Not measured on a 2080 Ti, whose 68 SMs may take GDNCore's kernel 2 for one "
-    "sequence in twice the H200's waves (a projection, docs/gdncore.md)")
+    "sm_75 with TensorCore75", False,
+    "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03: prefill on m16n8k8, "
+    "GDNCore 1.31 / 5.07 / 4.08 ms, vLLM's kernels 1.19 / 4.82 / 4.26 ms; decode B=64 T=1 / T=4: GDNCore 105 / "
+    "249 us, vLLM's 85 / 238 us. On all 132 SMs GDNCore was faster at every prefill shape (0.70 / 2.64 / 2.14 "
+    "against 0.95 / 3.86 / 2.77 ms), which a 2080 Ti's 68 SMs do not keep: its kernel 2 holds one program per SM")
 SM90 = Measured(
     "sm_90", False,
-    "prefill kernels at 1x8192 / 4x8192 tokens, 2026-12-02 (GDNCore's kernel 1 at 1 warp): vLLM's 0.47 / 1.68 ms, "
-    "GDNCore 0.54 / 1.65 ms; decode B=64 T=4: 159 us vs GDNCore's 193 us")
+    "prefill, 2026-12-03: vLLM's kernels 0.54 / 2.11 / 1.69 ms, GDNCore 0.56 / 2.06 / 1.63 ms; decode B=64 T=4: "
+    "vLLM's 160 us, GDNCore 194 us")
 
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:
@@ -55,7 +56,8 @@ def auto_choice(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> 
         return False, f"stock vLLM GDN kernels on sm_{arch}: GDNCore has no measurement there (docs/gdncore.md)"
     if measured.gdncore:
         return True, f"GDNCore kernels on {measured.platform}, where they measured faster ({measured.evidence})"
-    return False, f"stock vLLM GDN kernels on {measured.platform}, where they measured faster ({measured.evidence})"
+    return False, (f"stock vLLM GDN kernels on {measured.platform}, where GDNCore did not measure faster throughout "
+                   f"({measured.evidence})")
 
 
 def on_this_process() -> tuple[bool, str]:
