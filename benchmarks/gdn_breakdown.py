@@ -51,7 +51,8 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
         K, V = p.q.shape[-1], p.v.shape[-1]
         default = chunk.prefill_blocks(K, V, dot_plan(p.q, K, V).form)
         for blocks in prefill_variants(default, compile_arch("cuda", None)):
-            impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}{' pf' if blocks.prefetch else ''}"] = gdncore(blocks)
+            impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}{' pf' if blocks.prefetch else ''}"
+                  f"{' halves' if blocks.halves else ''}"] = gdncore(blocks)
     try:
         import fla.ops.gated_delta_rule as fla
         from fla.ops.utils import prepare_chunk_indices

@@ -276,6 +276,30 @@ def _state_offsets(rows_k, cols_v, dim_k, dim_v, V_FIRST: tl.constexpr):
 
 
 @triton.jit
+def _load_state_rows(base, rk, km, rv, vm, dim_k, dim_v, V_FIRST: tl.constexpr):
+    """State rows rk (key index) as fp32 [len(rk), BV]. The [V, K] layout is read along K, its contiguous axis, and
+    transposed in registers (reading it as [K, V] directly cost the 4-warp halves form 76 bytes of spills)."""
+    if V_FIRST:
+        return tl.trans(tl.load(base + rv[:, None] * dim_k + rk[None, :], mask=vm[:, None] & km[None, :], other=0.0)).to(tl.float32)
+    return tl.load(base + rk[:, None] * dim_v + rv[None, :], mask=km[:, None] & vm[None, :], other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_state_rows(base, S, rk, km, rv, vm, dim_k, dim_v, V_FIRST: tl.constexpr):
+    if V_FIRST:
+        tl.store(base + rv[:, None] * dim_k + rk[None, :], tl.trans(S).to(base.dtype.element_ty), mask=vm[:, None] & km[None, :])
+    else:
+        tl.store(base + rk[:, None] * dim_v + rv[None, :], S.to(base.dtype.element_ty), mask=km[:, None] & vm[None, :])
+
+
+@triton.jit
+def _key_rows(ptr, t0, eos, h, rt, rk, km, stride, dim_k):
+    """Columns rk of key head h (q or k) for the chunk at t0; all-masked (no access) from eos on."""
+    tok = t0 + rt
+    return tl.load(ptr + tok[:, None] * stride + h * dim_k + rk[None, :], mask=(tok < eos)[:, None] & km[None, :], other=0.0)
+
+
+@triton.jit
 def _chunk_keys(k_ptr, gcum_ptr, t0, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT: tl.constexpr):
     """What the chunk at t0 starts kernel 2's chain with: G, G_last and k; all-masked (no access) from eos on."""
     tok = t0 + rt
@@ -283,8 +307,7 @@ def _chunk_keys(k_ptr, gcum_ptr, t0, eos, h, hv, rt, rk, km, stride_k, heads_v, 
     G = tl.load(gcum_ptr + tok * heads_v + hv, mask=tm, other=0.0)
     # clamped: an empty first sequence would point before the tensor
     g_last = tl.load(gcum_ptr + tl.maximum(tl.minimum(t0 + BT, eos) - 1, 0) * heads_v + hv)
-    k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
-    return G, g_last, k
+    return G, g_last, _key_rows(k_ptr, t0, eos, h, rt, rk, km, stride_k, dim_k)
 
 
 @triton.jit
@@ -310,7 +333,7 @@ def _chunk_state_output_kernel(
     heads_k, heads_v, dim_k, dim_v,
     h0_mode, ht_mode, use_has_h0,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SPLIT_K: tl.constexpr, V_FIRST: tl.constexpr,
-    DOT: tl.constexpr, NATIVE: tl.constexpr, PREFETCH: tl.constexpr,
+    DOT: tl.constexpr, NATIVE: tl.constexpr, PREFETCH: tl.constexpr, HALVES: tl.constexpr,
 ):  # fmt: skip
     """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
 
@@ -328,6 +351,10 @@ def _chunk_state_output_kernel(
     Without PREFETCH the loads keep their places next to their first use: compiled for sm_90 (wgmma), Triton 3.6
     computes this loop wrongly once v, Ti and Aqk are read before the first products or k is loaded ahead (H200,
     2026-12-02: relative errors near 1 at K=V=128), so the sm_80+ form does not prefetch.
+    HALVES (with PREFETCH): the state tile lives as two [BK/2, BV] row halves and each product with it takes one
+    half at a time. Every warp holds a product's whole right-hand operand, so the [BK, BV] state operand alone cost
+    each thread 64 registers at 4 warps; with halves, v and Ti loaded at their use and the next keys loaded after
+    k S, 4 warps compile for sm_75 without spills and with 28 KB of shared memory: two programs per Turing SM.
     """
     iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
@@ -354,7 +381,50 @@ def _chunk_state_output_kernel(
 
     rt = tl.arange(0, BT)
     causal = rt[:, None] >= rt[None, :]
-    if SPLIT_K == BK:
+    if HALVES:
+        HALF: tl.constexpr = BK // 2
+        rk0 = tl.arange(0, HALF)
+        rk1 = HALF + rk0
+        km0 = rk0 < dim_k
+        km1 = rk1 < dim_k
+        S0 = tl.zeros([HALF, BV], dtype=tl.float32)
+        S1 = tl.zeros([HALF, BV], dtype=tl.float32)
+        if load_h0:
+            S0 = _load_state_rows(h0_base, rk0, km0, rv, vm, dim_k, dim_v, V_FIRST)
+            S1 = _load_state_rows(h0_base, rk1, km1, rv, vm, dim_k, dim_v, V_FIRST)
+        G_n, gl_n, k0_n = _chunk_keys(k_ptr, gcum_ptr, bos, eos, h, hv, rt, rk0, km0, stride_k, heads_v, dim_k, BT)
+        k1_n = _key_rows(k_ptr, bos, eos, h, rt, rk1, km1, stride_k, dim_k)
+        for t0 in range(bos, eos, BT):
+            tok = t0 + rt
+            tm = tok < eos
+            hrow = tok * heads_v + hv
+            G, g_last, k0, k1 = G_n, gl_n, k0_n.to(op_t), k1_n.to(op_t)
+            S_op = S0.to(op_t)  # one half's operand at a time
+            q = _key_rows(q_ptr, t0, eos, h, rt, rk0, km0, stride_q, dim_k).to(op_t)
+            qs = tl.dot(q, S_op, input_precision=DOT)
+            ks = tl.dot(k0, S_op, input_precision=DOT)
+            S_op = S1.to(op_t)
+            q = _key_rows(q_ptr, t0, eos, h, rt, rk1, km1, stride_q, dim_k).to(op_t)
+            qs = tl.dot(q, S_op, qs, input_precision=DOT)
+            ks = tl.dot(k1, S_op, ks, input_precision=DOT)
+            v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+            ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            e_g = tl.exp(G)
+            # the next chunk's keys, set off after k S: loaded at the top they are live through both halves' products
+            G_n, gl_n, k0_n = _chunk_keys(k_ptr, gcum_ptr, t0 + BT, eos, h, hv, rt, rk0, km0, stride_k, heads_v, dim_k, BT)
+            k1_n = _key_rows(k_ptr, t0 + BT, eos, h, rt, rk1, km1, stride_k, dim_k)
+            residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
+            v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
+            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
+            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
+            S0 = S0 * tl.exp(g_last) + tl.dot(tl.trans(k0), v_decayed, input_precision=DOT)
+            S1 = S1 * tl.exp(g_last) + tl.dot(tl.trans(k1), v_decayed, input_precision=DOT)
+        if store_ht:
+            _store_state_rows(ht_base, S0, rk0, km0, rv, vm, dim_k, dim_v, V_FIRST)
+            _store_state_rows(ht_base, S1, rk1, km1, rv, vm, dim_k, dim_v, V_FIRST)
+    elif SPLIT_K == BK:
         rk = tl.arange(0, BK)
         km = rk < dim_k
         state_off = _state_offsets(rk, rv, dim_k, dim_v, V_FIRST)
@@ -469,10 +539,14 @@ class PrefillBlocks:
     split_k: int
     warps2: int
     prefetch: bool = False  # kernel 2 loads the next chunk's keys during this one (register state only)
+    halves: bool = False  # kernel 2's state in two row halves (with prefetch: 4 warps fit sm_75; see the kernel)
 
     def __post_init__(self) -> None:
         if self.prefetch and self.split_k != self.bk:
             raise ValueError(f"kernel 2 prefetches only with the state in registers (split_k == bk), got {self}")
+        if self.halves and not (self.prefetch and self.bk >= 32):
+            # each half's products take at least 16 key rows, tl.dot's least
+            raise ValueError(f"kernel 2 keeps its state in halves only in its prefetching form with bk >= 32, got {self}")
 
 
 def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
@@ -491,8 +565,8 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with
     vLLM's [V, K] state layout, as does 4 without prefetch at K 128). On a 2080 Ti's SM count (72 of the H200's,
     2026-12-03) 4 warps, two programs per SM since kernel 2 needs 32 KB of shared memory, took 747 us against 1014
-    at 8, but spill 332-364 bytes on sm_75, so 8 it stays; on sm_80+ it runs at 4 warps without prefetch
-    (launchable).
+    at 8, but spill 332-364 bytes on sm_75, so 8 it stays; the form with the state in halves (PrefillBlocks.halves)
+    fits 4 warps without spills and is untimed. On sm_80+ kernel 2 runs at 4 warps without prefetch (launchable).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
@@ -689,6 +763,6 @@ def chunk_gated_delta_rule(
         H, HV, K, V,
         h0_mode, ht_mode, int(has_initial_state is not None),
         BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
-        NATIVE=plan.native, PREFETCH=blocks.prefetch, num_warps=blocks.warps2,
+        NATIVE=plan.native, PREFETCH=blocks.prefetch, HALVES=blocks.halves, num_warps=blocks.warps2,
     )  # fmt: skip
     return o, final

@@ -12,6 +12,8 @@ Run as `python -m caovan_kernels.gdn.sm75_fit [--json]` (TRITON_INTERPRET must b
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import json
 import multiprocessing
 import os
@@ -100,12 +102,16 @@ def launch_configs() -> list[Config]:
             ce = {"BKC": b.bkc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
             fn = chunk._chunk_wy_kernel
             configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
-            for v_first in (False, True):
-                ce = {"BT": CHUNK, "BK": b.bk, "BV": b.bv, "SPLIT_K": b.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
-                      "PREFETCH": b.prefetch}
+            # the prefetching form also at 4 warps with its state in halves: launchable through `blocks`, and the
+            # candidate for two programs per SM (docs/gdncore.md, "Residency")
+            kernel2 = [b, dataclasses.replace(b, warps2=4, halves=True)] if b.prefetch and b.bk >= 32 else [b]
+            for b2, v_first in itertools.product(kernel2, (False, True)):
+                ce = {"BT": CHUNK, "BK": b2.bk, "BV": b2.bv, "SPLIT_K": b2.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
+                      "PREFETCH": b2.prefetch, "HALVES": b2.halves}
                 fn = chunk._chunk_state_output_kernel
-                label = f"{form} K=V={dim} BK={b.bk} BV={b.bv} SK={b.split_k} w{b.warps2}{' pf' if b.prefetch else ''} {'VK' if v_first else 'KV'}"
-                configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps2, tc))
+                label = (f"{form} K=V={dim} BK={b2.bk} BV={b2.bv} SK={b2.split_k} w{b2.warps2}{' pf' if b2.prefetch else ''}"
+                         f"{' halves' if b2.halves else ''} {'VK' if v_first else 'KV'}")
+                configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b2.warps2, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, fma_only=True)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}

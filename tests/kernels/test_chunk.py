@@ -128,34 +128,46 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     assert max(errors) < CHUNK_TOL[dtype]
 
 
-@pytest.mark.parametrize("prefetch", [True, False])
-def test_kernel2_with_and_without_prefetch(gen, device, prefetch):
+@pytest.mark.parametrize(("prefetch", "halves", "state_v_first"),
+                         [(True, False, False), (False, False, False), (True, True, False), (True, True, True)])
+def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_v_first):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
-    benchmark sweeps both): an empty first sequence (whose ahead-load must stay in bounds), one shorter than a
-    chunk, one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90,
-    where Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
+    benchmark sweeps both), and in the prefetching form at 4 warps with the state in two row halves (halves), in
+    both state layouts: an empty first sequence (whose ahead-load must stay in bounds), one shorter than a chunk,
+    one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90, where
+    Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
     lens, H, HV, K, V, dtype = [0, 5, 130], 1, 2, 32, 32, torch.float16
     cu = [0, 0, 5, 135]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     h0 = random_states(gen, len(lens), HV, K, V, device)
     blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch)
+    if halves:
+        blocks = dataclasses.replace(blocks, warps2=4, halves=True)
     assert blocks.split_k == blocks.bk
     out = _poisoned((1, cu[-1], HV, V), dtype, device)
     call = functools.partial(
-        chunk_gated_delta_rule, x.q, x.k, x.v, x.g, x.beta, initial_state=h0, output_final_state=True,
+        chunk_gated_delta_rule, x.q, x.k, x.v, x.g, x.beta,
+        initial_state=h0.transpose(-1, -2).contiguous() if state_v_first else h0, output_final_state=True,
         core_attn_out=out, cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), plan=PLANS[TURING_MMA],
-        blocks=blocks,
+        blocks=blocks, state_v_first=state_v_first,
     )  # fmt: skip
     if not chunk.launchable(blocks, chunk.compile_arch(device.type, device.index)):
         with pytest.raises(ValueError, match="no prefetch"):
             call()
         return
     _, ht = call()
+    if state_v_first:
+        ht = ht.transpose(-1, -2)
     ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, cu, h0)
     assert rel_err(out[0], ref_o) < CHUNK_TOL[dtype]
     assert torch.equal(ht[0], h0[0])  # no tokens: the state passes through
     for n in (1, 2):
         assert rel_err(ht[n], ref_h[n]) < CHUNK_TOL[dtype], f"sequence {n}"
+
+
+def test_state_halves_need_the_prefetching_form():
+    with pytest.raises(ValueError, match="halves only in its prefetching form"):
+        dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), prefetch=False, halves=True)
 
 
 def test_prefetch_needs_the_state_in_registers():
