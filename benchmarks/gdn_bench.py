@@ -218,8 +218,8 @@ def sweep() -> None:
 
 # Launch shapes the prefill sweeps try: kernel 1's warps with kernel 2 as by default, then kernel 2's value block
 # and warps with kernel 1 as by default, then kernel 2's prefetch flipped, at its default warps and at 2, and the
-# prefetching form at 4 warps with its state in halves (the two kernels are timed apart, so each variant moves one
-# of them). Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
+# prefetching form with the other state tiling (halves at 4 warps, or the whole state at 8; the two kernels are
+# timed apart, so each variant moves one of them). Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
 SWEEP_WARPS1 = (1, 2, 4, 8)
 SWEEP_KERNEL2 = ((16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8))
 
@@ -232,10 +232,10 @@ def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["Prefil
     variants += [dataclasses.replace(default, bv=bv, warps2=w) for bv, w in SWEEP_KERNEL2
                  if (bv, w) != (default.bv, default.warps2)]
     if default.split_k == default.bk:  # kernel 2's ahead-load of the next chunk's keys, flipped
-        variants += [dataclasses.replace(default, warps2=w, prefetch=not default.prefetch)
+        variants += [dataclasses.replace(default, warps2=w, prefetch=not default.prefetch, halves=False)
                      for w in dict.fromkeys((default.warps2, 2))]
-    if default.prefetch and default.bk >= 32:  # two programs per Turing SM, spill-free (docs/gdncore.md)
-        variants.append(dataclasses.replace(default, warps2=4, halves=True))
+    if default.prefetch and default.bk >= 32:  # the prefetching form with the other state tiling
+        variants.append(dataclasses.replace(default, warps2=8 if default.halves else 4, halves=not default.halves))
     return [b for b in variants if chunk.launchable(b, arch)]
 
 

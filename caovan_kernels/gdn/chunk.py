@@ -454,7 +454,7 @@ def _chunk_state_output_kernel(
             if PREFETCH:
                 # q S first: Triton stages dot operands in shared memory from their loads on, and in this order
                 # q's buffer is free again before the chain's operands need theirs (sm_75, K=V=128: 32 KB instead
-                # of 56 with Aqk loaded late too, so two 4-warp programs fit an SM's 64 KB)
+                # of 56 with Aqk loaded late too)
                 qs = tl.dot(q, S_op, input_precision=DOT)
                 ks = tl.dot(k, S_op, input_precision=DOT)
             else:
@@ -561,12 +561,13 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     spills for sm_75 (185 registers), sm_80 (198) and sm_90 (200), and every form with tensor cores runs it there
     (Turing proxy on 72 SMs, 2026-12-03, 1x8192: 252 us at 1 warp, 456 at 2, 940 at 4).
     Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long
-    sequence); on sm_75 it loads the next chunk's keys ahead (prefetch) at 8 warps (Turing proxy, 2026-12-02, TP2
-    1x8192: 518 us, 596 without prefetch; BV 16 or 64 were slower; 4 warps took 481 us but spill on sm_75 with
-    vLLM's [V, K] state layout, as does 4 without prefetch at K 128). On a 2080 Ti's SM count (72 of the H200's,
-    2026-12-03) 4 warps, two programs per SM since kernel 2 needs 32 KB of shared memory, took 747 us against 1014
-    at 8, but spill 332-364 bytes on sm_75, so 8 it stays; the form with the state in halves (PrefillBlocks.halves)
-    fits 4 warps without spills and is untimed. On sm_80+ kernel 2 runs at 4 warps without prefetch (launchable).
+    sequence); on sm_75 it loads the next chunk's keys ahead (prefetch; Turing proxy, 2026-12-02, TP2 1x8192: 518
+    against 596 us at 8 warps) and, from K 32, keeps its state in two row halves at 4 warps (halves): spill-free
+    there, two programs per Turing SM where the 8-warp form holds one. On a 2080 Ti's SM count (the proxy on 72 of
+    the H200's SMs, 2026-12-03, whole prefill) that took 1.02 / 3.98 / 3.31 ms against 1.30 / 5.04 / 4.04 at 8
+    warps (1x8192 / 1x32768 / 4x8192), the same bits; on all 132 SMs the 8-warp form was faster for one sequence
+    (0.69 against 0.87 ms at 1x8192), but only the proxy runs sm_75 code on that many. On sm_80+ kernel 2 runs at 4
+    warps without prefetch (launchable).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
@@ -578,7 +579,9 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     if form == TURING_MMA:
         if bk > 128:
             return PrefillBlocks(SUB, 1, bk, 16, 128, 8)
-        return PrefillBlocks(SUB, 1, bk, bv, bk, 8, prefetch=True)
+        if bk < 32:  # halves of fewer than 16 rows are too small for tl.dot
+            return PrefillBlocks(SUB, 1, bk, bv, bk, 8, prefetch=True)
+        return PrefillBlocks(SUB, 1, bk, bv, bk, 4, prefetch=True, halves=True)
     return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2)
 
 
@@ -714,7 +717,7 @@ def chunk_gated_delta_rule(
         blocks = prefill_blocks(K, V, plan.form)
         if not launchable(blocks, arch, row_bytes):  # sm_90, or a form meant for another GPU run there (tests)
             warps = MMA_SYNC_WARPS2 if row_bytes % 16 else min(blocks.warps2, MAX_WGMMA_WARPS2)
-            blocks = replace(blocks, warps2=warps, prefetch=False)
+            blocks = replace(blocks, warps2=warps, prefetch=False, halves=False)
     elif not launchable(blocks, arch, row_bytes):
         raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: at 4 warps or more kernel 2 "
                          f"runs on wgmma there, which takes at most {MAX_WGMMA_WARPS2} warps, no prefetch and key "

@@ -102,9 +102,9 @@ def launch_configs() -> list[Config]:
             ce = {"BKC": b.bkc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
             fn = chunk._chunk_wy_kernel
             configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
-            # the prefetching form also at 4 warps with its state in halves: launchable through `blocks`, and the
-            # candidate for two programs per SM (docs/gdncore.md, "Residency")
-            kernel2 = [b, dataclasses.replace(b, warps2=4, halves=True)] if b.prefetch and b.bk >= 32 else [b]
+            # the prefetching form also with its whole state at 8 warps (the default until 2026-12-03): launchable
+            # through `blocks`, and the sweeps time it
+            kernel2 = [b, dataclasses.replace(b, warps2=8, halves=False)] if b.halves else [b]
             for b2, v_first in itertools.product(kernel2, (False, True)):
                 ce = {"BT": CHUNK, "BK": b2.bk, "BV": b2.bv, "SPLIT_K": b2.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
                       "PREFETCH": b2.prefetch, "HALVES": b2.halves}

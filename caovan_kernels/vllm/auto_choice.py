@@ -31,9 +31,10 @@ SM75_FMA = Measured(
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", False,
     "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03: prefill on m16n8k8, "
-    "GDNCore 1.31 / 5.07 / 4.08 ms, vLLM's kernels 1.19 / 4.82 / 4.26 ms; decode B=64 T=1 / T=4: GDNCore 105 / "
-    "249 us, vLLM's 85 / 238 us. On all 132 SMs GDNCore was faster at every prefill shape (0.70 / 2.64 / 2.14 "
-    "against 0.95 / 3.86 / 2.77 ms), which a 2080 Ti's 68 SMs do not keep: its kernel 2 holds one program per SM")
+    "GDNCore with kernel 2 at 8 warps 1.31 / 5.07 / 4.08 ms, vLLM's kernels 1.19 / 4.82 / 4.26 ms; decode B=64 "
+    "T=1 / T=4: GDNCore 105 / 249 us, vLLM's 85 / 238 us. Kernel 2 at 4 warps with its state in halves, the "
+    "default since, took 1.02 / 3.98 / 3.31 ms in a later run without vLLM's kernels beside it; auto changes "
+    "when one run has both")
 SM90 = Measured(
     "sm_90", False,
     "prefill, 2026-12-03: vLLM's kernels 0.54 / 2.11 / 1.69 ms, GDNCore 0.56 / 2.06 / 1.63 ms; decode B=64 T=4: "

@@ -132,17 +132,16 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
                          [(True, False, False), (False, False, False), (True, True, False), (True, True, True)])
 def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_v_first):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
-    benchmark sweeps both), and in the prefetching form at 4 warps with the state in two row halves (halves), in
-    both state layouts: an empty first sequence (whose ahead-load must stay in bounds), one shorter than a chunk,
+    benchmark sweeps both) at 8 warps, and in the prefetching form at 4 warps with the state in two row halves
+    (halves; the Turing MMA form's default), in both state layouts: an empty first sequence (whose ahead-load must stay in bounds), one shorter than a chunk,
     one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90, where
     Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
     lens, H, HV, K, V, dtype = [0, 5, 130], 1, 2, 32, 32, torch.float16
     cu = [0, 0, 5, 135]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     h0 = random_states(gen, len(lens), HV, K, V, device)
-    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch)
-    if halves:
-        blocks = dataclasses.replace(blocks, warps2=4, halves=True)
+    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch, halves=halves,
+                                 warps2=4 if halves else 8)
     assert blocks.split_k == blocks.bk
     out = _poisoned((1, cu[-1], HV, V), dtype, device)
     call = functools.partial(
@@ -178,15 +177,15 @@ def test_prefetch_needs_the_state_in_registers():
 def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monkeypatch):
     """Compiled for sm_90, Triton 3.6's wgmma code for kernel 2 (4 warps and more) faults at 8 warps and is wrong
     with prefetch or with key rows that are not 16-byte aligned (chunk.launchable); below 4 warps (mma.sync) all of
-    those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA: 8
-    warps and prefetch; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
+    those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA:
+    prefetch and the state in halves; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
     launch, and prefetch at 2 warps runs. The compile target is presented as sm_90; the kernels run where the device
     is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
     monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
     turing, fma = chunk.prefill_blocks(K, V, TURING_MMA), chunk.prefill_blocks(K, V, FMA)
-    assert turing.prefetch and turing.warps2 == 8 and fma.warps2 == 8
+    assert turing.prefetch and turing.halves and fma.warps2 == 8
     launched = []
     kernel2 = chunk._chunk_state_output_kernel
 
