@@ -1,5 +1,5 @@
 """Where caovan_mode=auto runs GDNCore: only on a platform where it measured faster than vLLM's own GDN kernels
-(prefill at every measured shape, and decode).
+(in prefill at every measured shape; see below why prefill decides).
 
 One row per platform class with the measurement behind it (docs/gdncore.md keeps the same table with dates). A
 platform class without a measurement keeps vLLM's kernels: auto must never make a user slower, and an unmeasured

@@ -128,15 +128,19 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     assert max(errors) < CHUNK_TOL[dtype]
 
 
-@pytest.mark.parametrize(("prefetch", "halves", "state_v_first"),
-                         [(True, False, False), (False, False, False), (True, True, False), (True, True, True)])
-def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_v_first):
+@pytest.mark.parametrize(("prefetch", "halves", "state_v_first", "K", "V"), [
+    (True, False, False, 32, 32), (False, False, False, 32, 32), (True, True, False, 32, 32),
+    (True, True, True, 32, 32),
+    # a key dim that leaves the second half partly masked (block 64, rows 48-63), and K != V, in both layouts
+    (True, True, False, 48, 32), (True, True, True, 48, 32),
+])
+def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_v_first, K, V):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
     benchmark sweeps both) at 8 warps, and in the prefetching form at 4 warps with the state in two row halves
     (halves; the Turing MMA form's default), in both state layouts: an empty first sequence (whose ahead-load must stay in bounds), one shorter than a chunk,
     one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90, where
     Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
-    lens, H, HV, K, V, dtype = [0, 5, 130], 1, 2, 32, 32, torch.float16
+    lens, H, HV, dtype = [0, 5, 130], 1, 2, torch.float16
     cu = [0, 0, 5, 135]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     h0 = random_states(gen, len(lens), HV, K, V, device)
@@ -164,9 +168,11 @@ def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_
         assert rel_err(ht[n], ref_h[n]) < CHUNK_TOL[dtype], f"sequence {n}"
 
 
-def test_state_halves_need_the_prefetching_form():
+def test_state_halves_need_the_prefetching_form_and_32_key_rows():
     with pytest.raises(ValueError, match="halves only in its prefetching form"):
         dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), prefetch=False, halves=True)
+    with pytest.raises(ValueError, match="bk >= 32"):
+        dataclasses.replace(chunk.prefill_blocks(16, 16, TURING_MMA), warps2=4, halves=True)
 
 
 def test_prefetch_needs_the_state_in_registers():
