@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from caovan_kernels.gdn._common import check_heads, head_block, precision_for, token_major
+from caovan_kernels.gdn._common import check_heads, head_block, token_major
 from caovan_kernels.gdn._launcher import CachedLaunch
 
 # Where the state comes from (READ_*) and goes to (WRITE_*); runtime ints, one compiled kernel serves all.
@@ -101,29 +101,28 @@ def _recurrent_kernel(
             tl.store(ht_ptr + slot * stride_ht + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
 
 
-def decode_blocks(dim_k: int, dim_v: int, fma_only: bool) -> tuple[int, int, int]:
-    """(BK, BV, num_warps): a whole key row per program, value blocks of 32 to spread small batches over SMs.
+def decode_blocks(dim_k: int, dim_v: int) -> tuple[int, int, int]:
+    """(BK, BV, num_warps): a whole key row per program, value blocks of 8, one warp (two at K=256).
 
-    Warps per program measured on an H200 (2 beat 4 and 8 at B=64), before the state load left its branch (the
-    state then crossed shared memory: gdn_bench.py --sweep has the candidates to measure again); sm_75's smaller
-    register file needs 4 (8 at K=256) to keep the state slice without spilling.
+    Measured on an H200 at TP2 (K=V=128)
+    on 2026-12-03 against BV 16/32/64 and 2-8 warps (gdn_bench.py --sweep): fastest at every batch (1, 2, 64) and
+    step (T=1, 4), natively and on the sm_75 path, on all 132 SMs and on 72; batch-64 verify 134.6 us against 192.0
+    for the earlier BV 32 (2 warps natively, 4 on sm_75). Each thread then holds 32 fp32 state values (two warps
+    at K=256 keep it so), which sm_75's register file takes without spilling (sm75_fit).
     """
-    bk = head_block(dim_k)
-    if fma_only:
-        return bk, min(32, head_block(dim_v)), 8 if bk > 128 else 4
-    return bk, min(32, head_block(dim_v)), 4 if bk > 128 else 2
+    return head_block(dim_k), min(8, head_block(dim_v)), 2 if dim_k > 128 else 1
 
 
 _launch_cache: dict[tuple, tuple] = {}
 _launch_recurrent = CachedLaunch(_recurrent_kernel)
 
 
-def _plan(H: int, HV: int, K: int, V: int, n_seq: int, device: torch.device) -> tuple[tuple[int, int], int, int, int]:
+def _plan(H: int, HV: int, K: int, V: int, n_seq: int) -> tuple[tuple[int, int], int, int, int]:
     """Grid and blocks, cached so a decode step does no Python arithmetic beyond one dict lookup."""
-    key = (H, HV, K, V, n_seq, device)
+    key = (H, HV, K, V, n_seq)
     plan = _launch_cache.get(key)
     if plan is None:
-        bk, bv, warps = decode_blocks(K, V, precision_for(torch.empty(0, device=device)) == "ieee")
+        bk, bv, warps = decode_blocks(K, V)
         plan = ((triton.cdiv(V, bv), n_seq * HV), bk, bv, warps)
         _launch_cache[key] = plan
     return plan
@@ -145,7 +144,7 @@ def _launch(
     H, HV, K, V = q.shape[-2], v.shape[-2], q.shape[-1], v.shape[-1]
     B, T = q.shape[0], q.shape[1]
     n_seq = B if cu_seqlens is None else cu_seqlens.shape[0] - 1
-    grid, bk, bv, warps = _plan(H, HV, K, V, n_seq, q.device)
+    grid, bk, bv, warps = _plan(H, HV, K, V, n_seq)
     q, stride_q = token_major(q)
     k, stride_k = token_major(k)
     v, stride_v = token_major(v)

@@ -29,16 +29,15 @@ SM75_FMA = Measured(
     "GDNCore 4.42 / 17.6 / 14.3 ms, fla-core 16.5 / 63.5 / 60.9 ms (2026-12-02); decode B=2 T=4 eager: GDNCore "
     "17.8 us, vLLM's 51.9 us")
 SM75_TURING_MMA = Measured(
-    "sm_75 with TensorCore75", False,
-    "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03: prefill on m16n8k8, "
-    "GDNCore with kernel 2 at 8 warps 1.31 / 5.07 / 4.08 ms, vLLM's kernels 1.19 / 4.82 / 4.26 ms; decode B=64 "
-    "T=1 / T=4: GDNCore 105 / 249 us, vLLM's 85 / 238 us. Kernel 2 at 4 warps with its state in halves, the "
-    "default since, took 1.02 / 3.98 / 3.31 ms in a later run without vLLM's kernels beside it; auto changes "
-    "when one run has both")
+    "sm_75 with TensorCore75", True,
+    "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03, side by side: prefill on "
+    "m16n8k8, GDNCore 1.03 / 3.99 / 3.31 ms, vLLM's kernels 1.17 / 4.72 / 4.18 ms (all 132 SMs: 0.86 / 3.31 / 2.13 "
+    "against 0.95 / 3.81 / 2.74); decode B=64 T=1 / T=4 in that run GDNCore 103 / 247 us, vLLM's 84 / 236 us, and "
+    "with decode's value blocks of 8 since 72 / 178 us (a later run without vLLM's kernels beside it)")
 SM90 = Measured(
     "sm_90", False,
-    "prefill, 2026-12-03: vLLM's kernels 0.54 / 2.11 / 1.69 ms, GDNCore 0.56 / 2.06 / 1.63 ms; decode B=64 T=4: "
-    "vLLM's 160 us, GDNCore 194 us")
+    "prefill, 2026-12-03: vLLM's kernels 0.48 / 1.89 / 1.71 ms, GDNCore 0.55 / 2.07 / 1.63 ms; decode B=64 T=4 in "
+    "the same session: vLLM's 158 us, GDNCore 135 us with value blocks of 8")
 
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:
