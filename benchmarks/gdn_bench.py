@@ -202,7 +202,7 @@ def sweep() -> None:
     default_decode = recurrent.decode_blocks
     for bv, warps in ((8, 1), (8, 2), (16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (32, 4), (32, 8), (64, 4),
                       (64, 8)):
-        recurrent.decode_blocks = lambda dk, dv, bv=bv, warps=warps: (128, bv, warps)
+        recurrent.decode_blocks = lambda dk, dv, interpreted, bv=bv, warps=warps: (128, bv, warps)
         recurrent._launch_cache.clear()
         for B, T in itertools.product(DECODE_BATCHES, (1, 4)):  # a choice must hold at every batch, not only B=64
             fns, _ = decode_case(H, HV, B, T)

@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from caovan_kernels.gdn._common import check_heads, head_block, token_major
+from caovan_kernels.gdn._common import check_heads, head_block, interpreting, token_major
 from caovan_kernels.gdn._launcher import CachedLaunch
 
 # Where the state comes from (READ_*) and goes to (WRITE_*); runtime ints, one compiled kernel serves all.
@@ -101,16 +101,20 @@ def _recurrent_kernel(
             tl.store(ht_ptr + slot * stride_ht + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
 
 
-def decode_blocks(dim_k: int, dim_v: int) -> tuple[int, int, int]:
+def decode_blocks(dim_k: int, dim_v: int, *, interpreted: bool) -> tuple[int, int, int]:
     """(BK, BV, num_warps): a whole key row per program, value blocks of 8, one warp (two at K=256).
 
-    Measured on an H200 at TP2 (K=V=128)
-    on 2026-12-03 against BV 16/32/64 and 2-8 warps (gdn_bench.py --sweep): fastest at every batch (1, 2, 64) and
-    step (T=1, 4), natively and on the sm_75 path, on all 132 SMs and on 72; batch-64 verify 134.6 us against 192.0
-    for the earlier BV 32 (2 warps natively, 4 on sm_75). Each thread then holds 32 fp32 state values (two warps
-    at K=256 keep it so), which sm_75's register file takes without spilling (sm75_fit).
+    Measured on an H200 at TP2 (K=V=128) on 2026-12-03 against BV 16/32/64 and 2-8 warps (gdn_bench.py --sweep):
+    fastest at every batch (1, 2, 64) and step (T=1, 4), natively and on the sm_75 path, on all 132 SMs and on 72;
+    batch-64 verify 134.6 us against 192.0 for the earlier BV 32 (2 warps natively, 4 on sm_75). Each thread then
+    holds 32 fp32 state values (two warps at K=256 keep it so), which sm_75's register file takes without spilling
+    (sm75_fit). Triton's interpreter runs programs one after another in Python at a cost per program, so there one
+    program takes a head's whole value row (4x fewer programs than blocks of 8 at V=64, and about 4x less time).
     """
-    return head_block(dim_k), min(8, head_block(dim_v)), 2 if dim_k > 128 else 1
+    bk = head_block(dim_k)
+    if interpreted:
+        return bk, head_block(dim_v), 1
+    return bk, min(8, head_block(dim_v)), 2 if dim_k > 128 else 1
 
 
 _launch_cache: dict[tuple, tuple] = {}
@@ -122,7 +126,7 @@ def _plan(H: int, HV: int, K: int, V: int, n_seq: int) -> tuple[tuple[int, int],
     key = (H, HV, K, V, n_seq)
     plan = _launch_cache.get(key)
     if plan is None:
-        bk, bv, warps = decode_blocks(K, V)
+        bk, bv, warps = decode_blocks(K, V, interpreted=interpreting())
         plan = ((triton.cdiv(V, bv), n_seq * HV), bk, bv, warps)
         _launch_cache[key] = plan
     return plan

@@ -112,7 +112,7 @@ def launch_configs() -> list[Config]:
                 label = (f"{form} K=V={dim} BK={b2.bk} BV={b2.bv} SK={b2.split_k} w{b2.warps2}{' pf' if b2.prefetch else ''}"
                          f"{' halves' if b2.halves else ''} {'VK' if v_first else 'KV'}")
                 configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b2.warps2, tc))
-        bk, bv, warps3 = recurrent.decode_blocks(dim, dim)
+        bk, bv, warps3 = recurrent.decode_blocks(dim, dim, interpreted=False)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}
             fn = recurrent._recurrent_kernel

@@ -9,7 +9,22 @@ from gdn_cases import make_inputs, random_states
 
 from caovan_kernels.gdn.accuracy import DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
 from caovan_kernels.gdn import fused_recurrent_gated_delta_rule, fused_sigmoid_gating_delta_rule_update, l2norm_scale_qk
+from caovan_kernels.gdn import recurrent
 from caovan_kernels.gdn import reference as R
+from caovan_kernels.gdn._common import interpreting
+
+
+@pytest.fixture(params=["this device's launch", "a GPU's launch"])
+def launch(request, monkeypatch):
+    """The interpreter runs one program per head's value row (recurrent.decode_blocks); the value blocks a GPU runs
+    are checked here in the interpreter too, so CI covers their masks and block offsets."""
+    if request.param == "a GPU's launch":
+        if not interpreting():
+            pytest.skip("on a GPU this device's launch is a GPU's")
+        monkeypatch.setattr(recurrent, "interpreting", lambda: False)
+    recurrent._launch_cache.clear()
+    yield
+    recurrent._launch_cache.clear()
 
 
 @pytest.mark.parametrize(
@@ -20,7 +35,7 @@ from caovan_kernels.gdn import reference as R
         (3, 1, 1, 1, 128, 64, torch.float16, "none", True, True),
     ],
 )
-def test_fused_recurrent_matches_reference(gen, device, B, T, H, HV, K, V, dtype, gates, with_h0, v_first):
+def test_fused_recurrent_matches_reference(gen, device, launch, B, T, H, HV, K, V, dtype, gates, with_h0, v_first):
     x = make_inputs(gen, B, T, H, HV, K, V, dtype, gates, device)
     h0 = random_states(gen, B, HV, K, V, device) if with_h0 else None
     h0_arg = None if h0 is None else (h0.transpose(-1, -2).contiguous() if v_first else h0)
@@ -52,7 +67,7 @@ def _raw_gates(gen, T, HV, dtype, device):
 
 @pytest.mark.parametrize("v_first", [True, False])
 @pytest.mark.parametrize("spec", [False, True])
-def test_vllm_decode_and_spec_verify(gen, device, spec, v_first):
+def test_vllm_decode_and_spec_verify(gen, device, launch, spec, v_first):
     """Decode (indices [N]) and MTP=3 verify (indices [N, 4], 1..4 accepted tokens = 0..3 accepted drafts).
 
     Rows: ordinary, a start on the null slot 0 (skipped), padding -1 (skipped), and in spec mode null/padding
@@ -99,7 +114,7 @@ def test_vllm_decode_and_spec_verify(gen, device, spec, v_first):
     assert torch.equal(cache[kept], before[kept]), "a slot the reference leaves alone was written"
 
 
-def test_vllm_per_token_states(gen, device):
+def test_vllm_per_token_states(gen, device, launch):
     """inplace_final_state=False: the state after every token comes back as [T, HV, V, K]; the cache is not written."""
     H, HV, K, V, dtype = 1, 2, 64, 64, torch.bfloat16
     cu = [0, 3, 5]
