@@ -1,6 +1,6 @@
 """GDN kernel benchmark: caovan GDNCore against fla-core and vLLM's own GDN Triton kernels, side by side.
 
-    python benchmarks/gdn_bench.py [--out FILE] [--quick]
+    python benchmarks/gdn_bench.py [--out FILE] [--quick] [--sweep] [--decode-only] [--path mma] [--sms 68]
 
 fla-core is imported as `fla` and vLLM's kernels as `vllm.model_executor.layers.fla.ops` when importable
 (neither is a dependency: put them on PYTHONPATH for the run); a missing peer is reported, not faked.
@@ -10,6 +10,9 @@ Per call it reports the GPU time (median over replays of a CUDA graph holding se
 vanish) and the eager wall time (host clock around back-to-back eager calls, then a sync: what vLLM pays, as
 the GDN op runs outside its CUDA graphs). For decode it adds the state-traffic floor: the fp32 state bytes the
 step must read and write over the copy bandwidth measured in the same run.
+
+`--path fma|mma` runs the whole benchmark on the sm_75 code path (the Turing proxy, without or with TensorCore75;
+caovan_kernels/turing/paths.py), `--sms 68` on a 2080 Ti's number of SMs (caovan_kernels/turing/sm_limit.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update  # noqa: E402
+from caovan_kernels.turing import paths, sm_limit  # noqa: E402
 
 if TYPE_CHECKING:
     from caovan_kernels.gdn.chunk import PrefillBlocks
@@ -193,7 +197,7 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
     return fns, B * state * (1 + writes)
 
 
-def sweep() -> None:
+def sweep(stream: torch.cuda.Stream | None) -> None:
     """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged)."""
     from caovan_kernels.gdn import chunk, recurrent
     from caovan_kernels.gdn._common import compile_arch, dot_plan
@@ -206,14 +210,15 @@ def sweep() -> None:
         recurrent._launch_cache.clear()
         for B, T in itertools.product(DECODE_BATCHES, (1, 4)):  # a choice must hold at every batch, not only B=64
             fns, _ = decode_case(H, HV, B, T)
-            print(f"sweep decode B={B} T={T} BV={bv} warps={warps}: {gpu_time_us(fns['caovan'], 20):.1f} us",
-                  flush=True)
+            us = gpu_time_us(fns["caovan"], 20, stream=stream)
+            print(f"sweep decode B={B} T={T} BV={bv} warps={warps}: {us:.1f} us", flush=True)
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
     form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
     for blocks in prefill_variants(chunk.prefill_blocks(K, V, form), compile_arch("cuda", None)):
         fns = prefill_case(H, HV, [8192], blocks)
-        print(f"sweep prefill 1x8192 {blocks}: {gpu_time_us(fns['caovan'], 1, 5):.1f} us", flush=True)
+        print(f"sweep prefill 1x8192 {blocks}: {gpu_time_us(fns['caovan'], 1, 5, stream=stream):.1f} us",
+              flush=True)
 
 
 # Launch shapes the prefill sweeps try: kernel 1's warps with kernel 2 as by default, then kernel 2's value block
@@ -249,14 +254,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="TP2 only, fewer shapes")
     parser.add_argument("--sweep", action="store_true", help="time caovan block/warp choices at TP2 first")
     parser.add_argument("--decode-only", action="store_true", help="skip the prefill shapes")
+    parser.add_argument("--path", choices=paths.PATHS, help="code path (default: the GPU's own code)")
+    parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's)")
     args = parser.parse_args()
+    where = paths.enter(args.path) if args.path else "the GPU's own code"  # before any kernel compiles
+    held = sm_limit.limit(args.sms) if args.sms else None
+    with torch.cuda.stream(held.stream if held else None):  # a no-op without a limit
+        return _run(args, where + (f", on {held.describe()}" if held else ""), held.stream if held else None)
+
+
+def _run(args: argparse.Namespace, where: str, stream: torch.cuda.Stream | None) -> int:
     if args.sweep:
-        sweep()
+        sweep(stream)
     torch.manual_seed(0)
     bw = copy_bandwidth()
     gpu = torch.cuda.get_device_name()
     header = (
-        f"Date {datetime.date.today()}, GPU {gpu}, torch {torch.__version__}, Triton {triton.__version__}, "
+        f"Date {datetime.date.today()}, GPU {gpu} ({where}), torch {torch.__version__}, Triton {triton.__version__}, "
         f"copy bandwidth {bw / 1e12:.2f} TB/s (read+write). Times in microseconds per call; 'x' columns are "
         f"peer time / caovan time (above 1: caovan faster)."
     )
@@ -276,13 +290,14 @@ def main() -> int:
             res = {}
             for impl, fn in fns.items():
                 print(f"  {impl}:", flush=True)
-                res[impl] = (gpu_time_us(fn, 1, 10), eager_wall_us(fn, 5))
+                res[impl] = (gpu_time_us(fn, 1, 10, stream=stream), eager_wall_us(fn, 5))
             _rows(rows, "prefill", f"{tp} {name}", res, None)
             torch.cuda.empty_cache()
         for B in DECODE_BATCHES:
             for T in (1, 4):
                 fns, state_bytes = decode_case(H, HV, B, T)
-                res = {impl: (gpu_time_us(fn, 50), eager_wall_us(fn, 200)) for impl, fn in fns.items()}
+                res = {impl: (gpu_time_us(fn, 50, stream=stream), eager_wall_us(fn, 200))
+                       for impl, fn in fns.items()}
                 _rows(rows, "decode" if T == 1 else "verify MTP=3", f"{tp} B={B} T={T}", res, state_bytes / bw * 1e6)
     table = "\n".join(rows)
     print(table)

@@ -150,7 +150,7 @@ def main() -> int:
     header = [f"## The daemon beside CUDA vLLM ({datetime.date.today().isoformat()})", "",
               f"- stack: vLLM {vllm.__version__}, torch {torch.__version__}, {gpus}, {psutil.cpu_count()} CPU "
               f"cores; uvloop {version('uvloop')}, httptools {version('httptools')} (uvicorn falls back to asyncio's "
-              f"loop and a pure-Python parser without them); demo model, MTP=3, CUDA graphs on; load: {opts.rounds} "
+              f"loop and a pure-Python parser without them); demo model, CUDA graphs on; load: {opts.rounds} "
               "alternating rounds x 2 streamed chat completions per stream, 32 max tokens",
               "- daemon: " + ("routing by model (the model as a models table's one entry)" if opts.routed
                               else "one engine (`caovan serve MODEL`)")]

@@ -14,11 +14,11 @@ from caovan_kernels.gdn import reference as R
 from caovan_kernels.gdn._common import interpreting
 
 
-@pytest.fixture(params=["this device's launch", "a GPU's launch"])
+@pytest.fixture(params=["device-blocks", "gpu-blocks"])
 def launch(request, monkeypatch):
     """The interpreter runs one program per head's value row (recurrent.decode_blocks); the value blocks a GPU runs
     are checked here in the interpreter too, so CI covers their masks and block offsets."""
-    if request.param == "a GPU's launch":
+    if request.param == "gpu-blocks":
         if not interpreting():
             pytest.skip("on a GPU this device's launch is a GPU's")
         monkeypatch.setattr(recurrent, "interpreting", lambda: False)
@@ -33,6 +33,7 @@ def launch(request, monkeypatch):
         (2, 3, 1, 3, 100, 64, torch.float16, "mild", True, False),
         (1, 5, 2, 4, 64, 128, torch.bfloat16, "strong", False, True),
         (3, 1, 1, 1, 128, 64, torch.float16, "none", True, True),
+        (1, 2, 1, 1, 256, 32, torch.float16, "mild", True, False),  # K=256: two warps on a GPU
     ],
 )
 def test_fused_recurrent_matches_reference(gen, device, launch, B, T, H, HV, K, V, dtype, gates, with_h0, v_first):
