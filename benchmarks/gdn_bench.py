@@ -197,8 +197,9 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
     return fns, B * state * (1 + writes)
 
 
-def sweep(stream: torch.cuda.Stream | None) -> None:
-    """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged)."""
+def sweep(stream: torch.cuda.Stream | None, prefill: bool = True) -> None:
+    """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged): decode
+    steps, then (`prefill`) 1x8192 prefills."""
     from caovan_kernels.gdn import chunk, recurrent
     from caovan_kernels.gdn._common import compile_arch, dot_plan
 
@@ -214,6 +215,8 @@ def sweep(stream: torch.cuda.Stream | None) -> None:
             print(f"sweep decode B={B} T={T} BV={bv} warps={warps}: {us:.1f} us", flush=True)
     recurrent.decode_blocks = default_decode
     recurrent._launch_cache.clear()
+    if not prefill:
+        return
     form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
     for blocks in prefill_variants(chunk.prefill_blocks(K, V, form), compile_arch("cuda", None)):
         fns = prefill_case(H, HV, [8192], blocks)
@@ -224,9 +227,12 @@ def sweep(stream: torch.cuda.Stream | None) -> None:
 # Launch shapes the prefill sweeps try: kernel 1's warps with kernel 2 as by default, then kernel 2's value block
 # and warps with kernel 1 as by default, then kernel 2's prefetch flipped, at its default warps and at 2, and the
 # prefetching form with the other state tiling (halves at 4 warps, or the whole state at 8; the two kernels are
-# timed apart, so each variant moves one of them). Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
+# timed apart, so each variant moves one of them), then those of kernel 2's forms with kernel 1 as by default
+# with the outputs moved to or from a third kernel (parallel_output), and that kernel's
+# value block and warps. Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
 SWEEP_WARPS1 = (1, 2, 4, 8)
 SWEEP_KERNEL2 = ((16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8))
+SWEEP_KERNEL3 = ((32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8))  # the output kernel's value block, warps
 
 
 def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["PrefillBlocks"]:
@@ -241,6 +247,11 @@ def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["Prefil
                      for w in dict.fromkeys((default.warps2, 2))]
     if default.prefetch and default.bk >= 32:  # the prefetching form with the other state tiling
         variants.append(dataclasses.replace(default, warps2=8 if default.halves else 4, halves=not default.halves))
+    if default.split_k == default.bk:  # the outputs formed in the walk or by a third kernel, flipped, each tiling
+        forms = [default] + [v for v in variants if v.warps1 == default.warps1]
+        flipped = [dataclasses.replace(b, parallel_output=not default.parallel_output) for b in forms]
+        variants += flipped + [dataclasses.replace(flipped[0], bv3=bv, warps3=w) for bv, w in SWEEP_KERNEL3
+                               if (bv, w) != (flipped[0].bv3, flipped[0].warps3)]
     return [b for b in variants if chunk.launchable(b, arch)]
 
 
@@ -253,7 +264,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="write the markdown table here too")
     parser.add_argument("--quick", action="store_true", help="TP2 only, fewer shapes")
     parser.add_argument("--sweep", action="store_true", help="time caovan block/warp choices at TP2 first")
-    parser.add_argument("--decode-only", action="store_true", help="skip the prefill shapes")
+    parser.add_argument("--decode-only", action="store_true", help="skip the prefill shapes and the prefill sweep")
     parser.add_argument("--path", choices=paths.PATHS, help="code path (default: the GPU's own code)")
     parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's)")
     args = parser.parse_args()
@@ -265,7 +276,7 @@ def main() -> int:
 
 def _run(args: argparse.Namespace, where: str, stream: torch.cuda.Stream | None) -> int:
     if args.sweep:
-        sweep(stream)
+        sweep(stream, prefill=not args.decode_only)
     torch.manual_seed(0)
     bw = copy_bandwidth()
     gpu = torch.cuda.get_device_name()

@@ -52,7 +52,8 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
         default = chunk.prefill_blocks(K, V, dot_plan(p.q, K, V).form)
         for blocks in prefill_variants(default, compile_arch("cuda", None)):
             impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}{' pf' if blocks.prefetch else ''}"
-                  f"{' halves' if blocks.halves else ''}"] = gdncore(blocks)
+                  f"{' halves' if blocks.halves else ''}"
+                  f"{f', k3 BV={blocks.bv3} w{blocks.warps3}' if blocks.parallel_output else ''}"] = gdncore(blocks)
     try:
         import fla.ops.gated_delta_rule as fla
         from fla.ops.utils import prepare_chunk_indices

@@ -1,4 +1,4 @@
-"""Chunked (WY-form) Gated DeltaNet prefill: two Triton kernels, drop-in for fla-core 0.6.0's chunk_gated_delta_rule.
+"""Chunked (WY-form) Gated DeltaNet prefill in Triton, drop-in for fla-core 0.6.0's chunk_gated_delta_rule.
 
 Per 64-token chunk, with cumulative log decays G_i, A_ij = beta_i exp(G_i - G_j) k_i.k_j (i > j) and the inverse
 with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
@@ -6,18 +6,20 @@ with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
     Ti, Aqk = tril(exp(G_i - G_j) q_i.k_j) scale                   (kernel 1, one program per chunk, value head
                                                                        and part: Ti and G; Aqk)
     v' = Ti (v - exp(G) (k S))                                        (kernel 2, one program per sequence, value
-    o  = scale exp(G) (q S) + Aqk v'                                   head and value block, chunks in order)
-    S <- exp(G_last) S + k^T (exp(G_last - G) v')
+    S <- exp(G_last) S + k^T (exp(G_last - G) v')                      head and value block, chunks in order)
+    o  = scale exp(G) (q S) + Aqk v'                                  (kernel 3, every chunk at once; or kernel 2)
 
 Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and forms
 the six blocks below them by block forward substitution; Aqk comes from a program of its own. The classic WY form's
 w = Ti exp(G) k and u = Ti v are never formed: kernel 2 applies Ti to the chunk's residual instead, which costs it
 one 64x64 product per step and saves writing and reading w and u (4 bytes per token, value head and head-dim element
-in fp16: most of the prefill's memory traffic on a 616 GB/s 2080 Ti). The state S stays fp32 in kernel 2 for the
-whole sequence (in registers; where dots are FMA, in a per-program scratch, see prefill_blocks); only Ti, Aqk (input
-dtype) and G (fp32) go through memory. How the products run (operand dtype, block sizes) follows a DotPlan: tensor
-cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise.
-reference.chunked_gated_delta_rule is the same algorithm in plain torch.
+in fp16). The state S stays fp32 in kernel 2 for the whole sequence (in registers; where dots are FMA, in a
+per-program scratch, see prefill_blocks). With tensor cores kernel 2 writes each chunk's starting state (in the
+operand dtype) and v' for kernel 3, which forms the outputs of all chunks in parallel: the serial walk then holds
+three products per chunk instead of five (PrefillBlocks.parallel_output). Where dots are FMA kernel 2 forms the
+outputs itself, and only Ti, Aqk (input dtype) and G (fp32) go through memory. How the products run (operand
+dtype, block sizes) follows a DotPlan: tensor cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots,
+FMA otherwise. reference.chunked_gated_delta_rule is the same algorithm in plain torch.
 """
 
 from __future__ import annotations
@@ -311,29 +313,81 @@ def _chunk_keys(k_ptr, gcum_ptr, t0, eos, h, hv, rt, rk, km, stride_k, heads_v, 
 
 
 @triton.jit
-def _chunk_rest(
-    q_ptr, v_ptr, tinv_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
-    stride_q, stride_v, heads_v, dim_k, dim_v, BT: tl.constexpr,
-):  # fmt: skip
-    """The chunk at t0's q, v and Ti (needed after its first product; Aqk only at its end)."""
+def _chunk_values(v_ptr, tinv_ptr, t0, eos, hv, rt, rv, vm, causal, stride_v, heads_v, dim_v, BT: tl.constexpr):
+    """The chunk at t0's v and Ti (needed after its first product; Aqk only at its end)."""
     tok = t0 + rt
     tm = tok < eos
     hrow = tok * heads_v + hv
-    q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0)
     v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
     ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-    return q, v, ti
+    return v, ti
+
+
+@triton.jit
+def _store_output(
+    o_ptr, aqk_ptr, qs, v_new, row_scale, hrow, rt, tm, causal, rv, vm, dim_v, op_t: tl.constexpr, BT: tl.constexpr,
+    DOT: tl.constexpr,
+):  # fmt: skip
+    """A chunk's output rows: o = row_scale (q S) + Aqk v', with row_scale = scale exp(G)."""
+    a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+    o = qs * row_scale[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
+    tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+
+
+@triton.jit
+def _chunk_state_rows(hs_ptr, t0, seq, hv, rk, rv, heads_v, dim_k, dim_v, BT: tl.constexpr):
+    """Where rows rk of the state the chunk at t0 starts from live in hs ([index, HV, K, V]). The index, t0 // 64 +
+    sequence, is one per chunk (a sequence's chunks start at least 64 tokens apart and after the previous
+    sequence's) and below tokens // 64 + sequences."""
+    base = hs_ptr + ((t0 // BT + seq) * heads_v + hv).to(tl.int64) * dim_k * dim_v
+    return base + rk[:, None] * dim_v + rv[None, :]
+
+
+@triton.jit
+def _chunk_output_kernel(
+    q_ptr, vnew_ptr, hs_ptr, aqk_ptr, gcum_ptr, o_ptr, chunk_ptr, cu_ptr,
+    stride_q, scale, heads_k, heads_v, dim_k, dim_v,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr,
+):  # fmt: skip
+    """One (chunk, value head, value block) of kernel 2's PARALLEL_OUT form: o = scale exp(G) (q S) + Aqk v' from
+    the chunk's starting state and v' that the walk wrote; every chunk at once."""
+    c, hv, iv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
+    seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
+    if seq < 0:  # padding entry of the chunk table
+        return
+    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
+    t0 = tl.load(cu_ptr + seq).to(tl.int64) + tl.load(chunk_ptr + 2 * c + 1).to(tl.int64) * BT
+    h = hv // (heads_v // heads_k)
+    rt = tl.arange(0, BT)
+    rk = tl.arange(0, BK)
+    rv = iv * BV + tl.arange(0, BV)
+    km, vm = rk < dim_k, rv < dim_v
+    tok = t0 + rt
+    tm = tok < eos
+    hrow = tok * heads_v + hv
+    q = _key_rows(q_ptr, t0, eos, h, rt, rk, km, stride_q, dim_k).to(op_t)
+    s_op = tl.load(_chunk_state_rows(hs_ptr, t0, seq, hv, rk, rv, heads_v, dim_k, dim_v, BT), mask=km[:, None] & vm[None, :], other=0.0).to(op_t)
+    qs = tl.dot(q, s_op, input_precision=DOT)
+    G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
+    causal = rt[:, None] >= rt[None, :]
+    # Aqk before v': the other order takes 244 registers instead of 108 on sm_75 (K=V=128, 8 warps)
+    a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
+    v_new = tl.load(vnew_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+    o = qs * (tl.exp(G) * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
+    tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
 
 
 @triton.jit
 def _chunk_state_output_kernel(
     q_ptr, k_ptr, v_ptr, tinv_ptr, aqk_ptr, gcum_ptr, o_ptr,
-    h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, scratch_ptr,
+    h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, scratch_ptr, hs_ptr, vnew_ptr,
     stride_q, stride_k, stride_v, stride_state, scale,
     heads_k, heads_v, dim_k, dim_v,
     h0_mode, ht_mode, use_has_h0,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, SPLIT_K: tl.constexpr, V_FIRST: tl.constexpr,
     DOT: tl.constexpr, NATIVE: tl.constexpr, PREFETCH: tl.constexpr, HALVES: tl.constexpr,
+    PARALLEL_OUT: tl.constexpr,
 ):  # fmt: skip
     """One (value block, sequence, value head): walks the sequence's chunks in order, carrying the state.
 
@@ -355,6 +409,10 @@ def _chunk_state_output_kernel(
     half at a time. Every warp holds a product's whole right-hand operand, so the [BK, BV] state operand alone cost
     each thread 64 registers at 4 warps; with halves, v and Ti loaded at their use and the next keys loaded after
     k S, 4 warps compile for sm_75 without spills and with 28 KB of shared memory: two programs per Turing SM.
+    PARALLEL_OUT (register state only): the walk leaves out q S and the output; it writes each chunk's starting
+    state (rounded to the operand dtype, as q S takes it) to hs and v' to vnew, and _chunk_output_kernel forms the
+    outputs for all chunks at once. That shortens the serial chain by two of its five products for 36 KB more
+    memory traffic per token at TP2 (see prefill_blocks).
     """
     iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
@@ -400,12 +458,18 @@ def _chunk_state_output_kernel(
             hrow = tok * heads_v + hv
             G, g_last, k0, k1 = G_n, gl_n, k0_n.to(op_t), k1_n.to(op_t)
             S_op = S0.to(op_t)  # one half's operand at a time
-            q = _key_rows(q_ptr, t0, eos, h, rt, rk0, km0, stride_q, dim_k).to(op_t)
-            qs = tl.dot(q, S_op, input_precision=DOT)
+            if PARALLEL_OUT:
+                tl.store(_chunk_state_rows(hs_ptr, t0, seq, hv, rk0, rv, heads_v, dim_k, dim_v, BT), S_op, mask=km0[:, None] & vm[None, :])
+            else:
+                q = _key_rows(q_ptr, t0, eos, h, rt, rk0, km0, stride_q, dim_k).to(op_t)
+                qs = tl.dot(q, S_op, input_precision=DOT)
             ks = tl.dot(k0, S_op, input_precision=DOT)
             S_op = S1.to(op_t)
-            q = _key_rows(q_ptr, t0, eos, h, rt, rk1, km1, stride_q, dim_k).to(op_t)
-            qs = tl.dot(q, S_op, qs, input_precision=DOT)
+            if PARALLEL_OUT:
+                tl.store(_chunk_state_rows(hs_ptr, t0, seq, hv, rk1, rv, heads_v, dim_k, dim_v, BT), S_op, mask=km1[:, None] & vm[None, :])
+            else:
+                q = _key_rows(q_ptr, t0, eos, h, rt, rk1, km1, stride_q, dim_k).to(op_t)
+                qs = tl.dot(q, S_op, qs, input_precision=DOT)
             ks = tl.dot(k1, S_op, ks, input_precision=DOT)
             v = tl.load(v_ptr + tok[:, None] * stride_v + hv * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
             ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
@@ -415,9 +479,10 @@ def _chunk_state_output_kernel(
             k1_n = _key_rows(k_ptr, t0 + BT, eos, h, rt, rk1, km1, stride_k, dim_k)
             residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
             v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
-            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
-            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            if PARALLEL_OUT:
+                tl.store(vnew_ptr + hrow[:, None] * dim_v + rv[None, :], v_new.to(vnew_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            else:
+                _store_output(o_ptr, aqk_ptr, qs, v_new, e_g * scale, hrow, rt, tm, causal, rv, vm, dim_v, op_t, BT, DOT)
             v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
             S0 = S0 * tl.exp(g_last) + tl.dot(tl.trans(k0), v_decayed, input_precision=DOT)
             S1 = S1 * tl.exp(g_last) + tl.dot(tl.trans(k1), v_decayed, input_precision=DOT)
@@ -441,17 +506,23 @@ def _chunk_state_output_kernel(
             if PREFETCH:  # keys loaded during the last chunk; the next chunk's keys and this one's rest set off now
                 G, g_last, k = G_n, gl_n, k_n
                 G_n, gl_n, k_n = _chunk_keys(k_ptr, gcum_ptr, t0 + BT, eos, h, hv, rt, rk, km, stride_k, heads_v, dim_k, BT)
-                q, v, ti = _chunk_rest(q_ptr, v_ptr, tinv_ptr, t0, eos, h, hv, rt, rk, km, rv, vm, causal,
-                                       stride_q, stride_v, heads_v, dim_k, dim_v, BT)
-                k, q = k.to(op_t), q.to(op_t)
+                if not PARALLEL_OUT:
+                    q = _key_rows(q_ptr, t0, eos, h, rt, rk, km, stride_q, dim_k)
+                v, ti = _chunk_values(v_ptr, tinv_ptr, t0, eos, hv, rt, rv, vm, causal, stride_v, heads_v, dim_v, BT)
+                k = k.to(op_t)
+                if not PARALLEL_OUT:
+                    q = q.to(op_t)
             else:
                 G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
                 g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
-                key_rows = tm[:, None] & km[None, :]
-                k = tl.load(k_ptr + tok[:, None] * stride_k + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
-                q = tl.load(q_ptr + tok[:, None] * stride_q + h * dim_k + rk[None, :], mask=key_rows, other=0.0).to(op_t)
+                k = _key_rows(k_ptr, t0, eos, h, rt, rk, km, stride_k, dim_k).to(op_t)
+                if not PARALLEL_OUT:
+                    q = _key_rows(q_ptr, t0, eos, h, rt, rk, km, stride_q, dim_k).to(op_t)
             S_op = S.to(op_t)
-            if PREFETCH:
+            if PARALLEL_OUT:
+                tl.store(_chunk_state_rows(hs_ptr, t0, seq, hv, rk, rv, heads_v, dim_k, dim_v, BT), S_op, mask=km[:, None] & vm[None, :])
+                ks = tl.dot(k, S_op, input_precision=DOT)
+            elif PREFETCH:
                 # q S first: Triton stages dot operands in shared memory from their loads on, and in this order
                 # q's buffer is free again before the chain's operands need theirs (sm_75, K=V=128: 32 KB instead
                 # of 56 with Aqk loaded late too)
@@ -467,9 +538,10 @@ def _chunk_state_output_kernel(
             if not PREFETCH:
                 ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
-            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
-            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            if PARALLEL_OUT:
+                tl.store(vnew_ptr + hrow[:, None] * dim_v + rv[None, :], v_new.to(vnew_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            else:
+                _store_output(o_ptr, aqk_ptr, qs, v_new, e_g * scale, hrow, rt, tm, causal, rv, vm, dim_v, op_t, BT, DOT)
             v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
             S = S * tl.exp(g_last) + tl.dot(tl.trans(k), v_decayed, input_precision=DOT)
         if store_ht:
@@ -507,9 +579,7 @@ def _chunk_state_output_kernel(
             residual = (v.to(tl.float32) - e_g[:, None] * ks).to(op_t)
             ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
             v_new = tl.dot(ti.to(op_t), residual, input_precision=DOT)
-            a = tl.load(aqk_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & causal, other=0.0)
-            o = qs * (e_g * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
-            tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+            _store_output(o_ptr, aqk_ptr, qs, v_new, e_g * scale, hrow, rt, tm, causal, rv, vm, dim_v, op_t, BT, DOT)
             tl.debug_barrier()  # every thread has read the old state before any thread overwrites it
             v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
             for kb in tl.static_range(0, BK, SPLIT_K):
@@ -529,8 +599,9 @@ def _chunk_state_output_kernel(
 
 @dataclass(frozen=True)
 class PrefillBlocks:
-    """Launch shapes of the two prefill kernels: kernel 1's key-column block and warps; kernel 2's state tile
-    (BK x BV), the row slice its products take the state in (SPLIT_K < BK: through scratch) and warps."""
+    """Launch shapes of the prefill kernels: kernel 1's key-column block and warps; kernel 2's state tile (BK x BV),
+    the row slice its products take the state in (SPLIT_K < BK: through scratch) and warps; whether kernel 3 forms
+    the outputs, and its value block and warps."""
 
     bkc: int
     warps1: int
@@ -540,10 +611,16 @@ class PrefillBlocks:
     warps2: int
     prefetch: bool = False  # kernel 2 loads the next chunk's keys during this one (register state only)
     halves: bool = False  # kernel 2's state in two row halves (with prefetch: 4 warps fit sm_75; see the kernel)
+    parallel_output: bool = False  # outputs in a third kernel over all chunks at once (register state only)
+    bv3: int = 64  # that kernel's value block (at most the value head dim's block) and warps
+    warps3: int = 4
 
     def __post_init__(self) -> None:
         if self.prefetch and self.split_k != self.bk:
             raise ValueError(f"kernel 2 prefetches only with the state in registers (split_k == bk), got {self}")
+        if self.parallel_output and self.split_k != self.bk:
+            raise ValueError(f"kernel 2 leaves the outputs to a third kernel only with the state in registers "
+                             f"(split_k == bk), got {self}")
         if self.halves and not (self.prefetch and self.bk >= 32):
             # each half's products take at least 16 key rows, tl.dot's least
             raise ValueError(f"kernel 2 keeps its state in halves only in its prefetching form with bk >= 32, got {self}")
@@ -562,27 +639,36 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     (Turing proxy on 72 SMs, 2026-12-03, 1x8192: 252 us at 1 warp, 456 at 2, 940 at 4).
     Kernel 2 keeps the fp32 state tile in registers with tensor cores (BV 32: enough programs for one long
     sequence); on sm_75 it loads the next chunk's keys ahead (prefetch; Turing proxy, 2026-12-02, TP2 1x8192: 518
-    against 596 us at 8 warps) and, from K 32, keeps its state in two row halves at 4 warps (halves): spill-free
-    there, two programs per Turing SM where the 8-warp form holds one. On a 2080 Ti's SM count (the proxy on 72 of
-    the H200's SMs, 2026-12-03, whole prefill) that took 1.02 / 3.98 / 3.31 ms against 1.30 / 5.04 / 4.04 at 8
-    warps (1x8192 / 1x32768 / 4x8192), the same bits; on all 132 SMs the 8-warp form was faster for one sequence
-    (0.69 against 0.87 ms at 1x8192), but only the proxy runs sm_75 code on that many. On sm_80+ kernel 2 runs at 4
-    warps without prefetch (launchable).
+    against 596 us at 8 warps) and runs at 4 warps, two programs per Turing SM where 8 warps hold one. With the
+    outputs in the walk 4 warps fit sm_75 without spills only with the state in two row halves (halves): on a 2080
+    Ti's SM count (the proxy on 72 of the H200's SMs, 2026-12-03, whole prefill) that took 1.02 / 3.98 / 3.31 ms
+    against 1.30 / 5.04 / 4.04 at 8 warps (1x8192 / 1x32768 / 4x8192), the same bits. With the outputs in kernel 3
+    the whole state fits 4 warps and times level with the halves (below). On sm_80+ kernel 2 runs at 4 warps
+    without prefetch (launchable).
+    Wherever the state is in registers the outputs come from kernel 3 (parallel_output): in the sweep of 2026-12-03
+    (fifth session, H200, TP2, kernel GPU time per call, the same output bits) that took the Turing MMA form on 72 SMs
+    from 1021 to 834 us at 1x8192 and from 3329 to 2836 at 4x8192, on all 132 from 861 / 3347 / 2140 to 590 / 2256 /
+    1812 (1x8192 / 1x32768 / 4x8192; with the state in halves, which the whole state matched: 836 / 2825 on 72 SMs
+    with kernel 3 at 64 columns), and natively from 541 / 2011 / 1613 to 505 / 1874 / 1398. Its value block of
+    128 beat 64 and 32 everywhere; 8 warps edged out 4 on sm_75 (proxy), 4 won natively. The cost is memory: the
+    chunk states and v' add 36 KB per token at TP2, about 0.5 ms per 8192 tokens at a 2080 Ti's 616 GB/s, which the
+    proxy's 4.8 TB/s hide (docs/gdncore.md, the floors table).
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
     """
     bk = head_block(dim_k)
     bv = min(32, head_block(dim_v))
+    # the output kernel: 128-wide value blocks read each chunk's q once per value head (64 at K 256, whose
+    # operands would take 96 KB of shared memory)
+    bv3 = min(128 if bk <= 128 else 64, head_block(dim_v))
     if form == FMA:
         return PrefillBlocks(SUB, 8, bk, min(16, bv), min(32, bk), 8)
     if form == TURING_MMA:
         if bk > 128:
             return PrefillBlocks(SUB, 1, bk, 16, 128, 8)
-        if bk < 32:  # halves of fewer than 16 rows are too small for tl.dot
-            return PrefillBlocks(SUB, 1, bk, bv, bk, 8, prefetch=True)
-        return PrefillBlocks(SUB, 1, bk, bv, bk, 4, prefetch=True, halves=True)
-    return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2)
+        return PrefillBlocks(SUB, 1, bk, bv, bk, 4, prefetch=True, parallel_output=True, bv3=bv3, warps3=8)
+    return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2, parallel_output=True, bv3=bv3, warps3=4)
 
 
 # Compiled for sm_90, Triton 3.6's code for kernel 2 (H200, compute-sanitizer, 2026-12-02): at 8 warps (two
@@ -759,13 +845,26 @@ def chunk_gated_delta_rule(
     grid = (triton.cdiv(V, blocks.bv), n_seq * HV)
     scratch_size = grid[0] * grid[1] * blocks.bk * blocks.bv
     scratch = gcum if blocks.split_k == blocks.bk else torch.empty(scratch_size, dtype=torch.float32, device=device)
+    hs = vnew = gcum
+    if blocks.parallel_output:  # each chunk's starting state and v', in the dtype the products take them
+        op_dtype = work_dtype if plan.native else torch.float32
+        hs = torch.empty(total // CHUNK + n_seq, HV, K, V, dtype=op_dtype, device=device)
+        vnew = torch.empty(total, HV, V, dtype=op_dtype, device=device)
     _chunk_state_output_kernel[grid](
         q, k, v, tinv, aqk, gcum, o,
-        h0, ht, slots, has_init, cu, scratch,
+        h0, ht, slots, has_init, cu, scratch, hs, vnew,
         stride_q, stride_k, stride_v, stride_state, scale,
         H, HV, K, V,
         h0_mode, ht_mode, int(has_initial_state is not None),
         BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
-        NATIVE=plan.native, PREFETCH=blocks.prefetch, HALVES=blocks.halves, num_warps=blocks.warps2,
+        NATIVE=plan.native, PREFETCH=blocks.prefetch, HALVES=blocks.halves, PARALLEL_OUT=blocks.parallel_output,
+        num_warps=blocks.warps2,
     )  # fmt: skip
+    if blocks.parallel_output:
+        bv3 = min(blocks.bv3, head_block(V))
+        _chunk_output_kernel[(table.shape[0], HV, triton.cdiv(V, bv3))](
+            q, vnew, hs, aqk, gcum, o, table, cu,
+            stride_q, scale, H, HV, K, V,
+            BT=CHUNK, BK=blocks.bk, BV=bv3, DOT=plan.precision, NATIVE=plan.native, num_warps=blocks.warps3,
+        )  # fmt: skip
     return o, final

@@ -102,16 +102,32 @@ def launch_configs() -> list[Config]:
             ce = {"BKC": b.bkc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
             fn = chunk._chunk_wy_kernel
             configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
-            # the prefetching form also with its whole state at 8 warps (the default until 2026-12-03): launchable
-            # through `blocks`, and the sweeps time it
-            kernel2 = [b, dataclasses.replace(b, warps2=8, halves=False)] if b.halves else [b]
-            for b2, v_first in itertools.product(kernel2, (False, True)):
+            # kernel 2's default; in the prefetching form also the others that `blocks` can launch and the sweeps
+            # time (the state in halves at 4 warps, the whole state at 8), each with the outputs in kernel 3 and in
+            # the walk (the halves form's was the default until 2026-12-03); and the default with its outputs in
+            # kernel 3 as Triton specializes it at launch, where an int argument of 1 becomes a constant: per-sequence
+            # states (h0_mode = ht_mode = 1) and vLLM's cache slots (use_has_h0 = 1). (The survey found the halves
+            # form spilling 16 bytes that way.)
+            kernel2 = [(b, {})]
+            if b.prefetch:
+                others = ([dataclasses.replace(b, halves=True)] if b.bk >= 32 else []) + [dataclasses.replace(b, warps2=8)]
+                kernel2 += [(o, {}) for o in others]
+                kernel2 += [(dataclasses.replace(o, parallel_output=False), {}) for o in others]
+            if b.parallel_output:
+                kernel2 += [(b, {"h0_mode": 1, "ht_mode": 1}), (b, {"use_has_h0": 1})]
+            for (b2, launch), v_first in itertools.product(kernel2, (False, True)):
                 ce = {"BT": CHUNK, "BK": b2.bk, "BV": b2.bv, "SPLIT_K": b2.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
-                      "PREFETCH": b2.prefetch, "HALVES": b2.halves}
+                      "PREFETCH": b2.prefetch, "HALVES": b2.halves, "PARALLEL_OUT": b2.parallel_output, **launch}
                 fn = chunk._chunk_state_output_kernel
                 label = (f"{form} K=V={dim} BK={b2.bk} BV={b2.bv} SK={b2.split_k} w{b2.warps2}{' pf' if b2.prefetch else ''}"
-                         f"{' halves' if b2.halves else ''} {'VK' if v_first else 'KV'}")
+                         f"{' halves' if b2.halves else ''}{' po' if b2.parallel_output else ''} {'VK' if v_first else 'KV'}"
+                         f"{''.join(f' {k}=1' for k in launch)}")
                 configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b2.warps2, tc))
+            if b.parallel_output:
+                bv3 = min(b.bv3, head_block(dim))
+                ce = {"BT": CHUNK, "BK": b.bk, "BV": bv3, "DOT": "ieee", "NATIVE": True}
+                fn = chunk._chunk_output_kernel
+                configs.append(Config("chunk_output", f"{form} K=V={dim} BK={b.bk} BV={bv3} w{b.warps3}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps3, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, interpreted=False)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}

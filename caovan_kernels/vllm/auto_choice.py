@@ -19,8 +19,8 @@ class Measured:
 
 
 # Measured on one H200 (native sm_90, and the Turing proxy for sm_75), vLLM 0.21, Triton 3.6, fp16, Qwen3.6-27B's
-# GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py; docs/benchmarks.md). Prefill is 1x8192 / 1x32768
-# / 4x8192 tokens. Prefill decides: one layer class runs both prefill and decode, and on a long prompt the prefill
+# GDN layer at TP2, GPU time per call (benchmarks/turing_bench.py, or the sum of the kernels' GPU times in
+# benchmarks/gdn_breakdown.py; docs/benchmarks.md). Prefill is 1x8192 / 1x32768 / 4x8192 tokens. Prefill decides: one layer class runs both prefill and decode, and on a long prompt the prefill
 # outweighs what the decode steps gain or lose. On sm_75 the proxy decides on a 2080 Ti's SM count (--sms 68: the
 # driver grants 72 of the H200's 132), since a 2080 Ti takes GDNCore's kernel 2 in more waves than the whole H200.
 SM75_FMA = Measured(
@@ -31,14 +31,13 @@ SM75_FMA = Measured(
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", True,
     "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03, side by side: prefill on "
-    "m16n8k8, GDNCore 1.03 / 3.99 / 3.31 ms, vLLM's kernels 1.17 / 4.72 / 4.18 ms (all 132 SMs: 0.86 / 3.31 / 2.13 "
-    "against 0.95 / 3.81 / 2.74); decode B=64 T=1 / T=4 in that run GDNCore 103 / 247 us, vLLM's 84 / 236 us, and "
-    "with decode's value blocks of 8 since 72 / 178 us (a later run without vLLM's kernels beside it)")
+    "m16n8k8 with the outputs in a kernel of their own, kernel GPU time GDNCore 0.83 / 2.84 ms at 1x8192 / 4x8192, "
+    "vLLM's kernels 1.19 / 4.25 ms (all 132 SMs: GDNCore 0.59 / 2.26 / 1.81 against 0.95 / 3.86 / 2.76); decode "
+    "B=64 T=1 / T=4 GDNCore 73 / 180 us, vLLM's 86 / 238 us")
 SM90 = Measured(
     "sm_90", False,
-    "prefill, 2026-12-03: vLLM's kernels 0.48 / 1.89 / 1.71 ms, GDNCore 0.55 / 2.07 / 1.63 ms; decode B=64 T=4 in "
-    "the same session: vLLM's 158 us, GDNCore 135 us with value blocks of 8")
-
+    "prefill, 2026-12-03, kernel GPU time side by side: vLLM's kernels 0.47 / 1.86 / 1.68 ms, GDNCore 0.50 / 1.87 / "
+    "1.40 ms; decode B=64 T=4 in an earlier run that day: vLLM's 158 us, GDNCore 135 us")
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:
     if arch == 75 and triton is not None and triton >= (3, 4):  # older Triton lowers sm_75 dots to mma itself

@@ -128,24 +128,28 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     assert max(errors) < CHUNK_TOL[dtype]
 
 
-@pytest.mark.parametrize(("prefetch", "halves", "state_v_first", "K", "V"), [
-    (True, False, False, 32, 32), (False, False, False, 32, 32), (True, True, False, 32, 32),
-    (True, True, True, 32, 32),
+@pytest.mark.parametrize(("prefetch", "halves", "parallel_output", "state_v_first", "K", "V"), [
+    (True, False, False, False, 32, 32), (False, False, False, False, 32, 32), (True, True, False, False, 32, 32),
+    (True, True, False, True, 32, 32),
     # a key dim that leaves the second half partly masked (block 64, rows 48-63), and K != V, in both layouts
-    (True, True, False, 48, 32), (True, True, True, 48, 32),
+    (True, True, False, False, 48, 32), (True, True, False, True, 48, 32),
+    # the outputs from a third kernel, after each of the walks
+    (False, False, True, False, 32, 32), (True, False, True, True, 32, 32), (True, True, True, False, 48, 32),
+    (True, True, True, True, 32, 32),
 ])
-def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, state_v_first, K, V):
+def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, parallel_output, state_v_first, K, V):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
     benchmark sweeps both) at 8 warps, and in the prefetching form at 4 warps with the state in two row halves
-    (halves; the Turing MMA form's default), in both state layouts: an empty first sequence (whose ahead-load must stay in bounds), one shorter than a chunk,
-    one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled for sm_90, where
-    Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
+    (halves; the Turing MMA form's default), in both state layouts, with the outputs formed in the walk or by a
+    kernel of their own (parallel_output, at 4 warps: wgmma on sm_90): an empty first sequence (whose ahead-load must stay in bounds), one
+    shorter than a chunk, one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled
+    for sm_90, where Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
     lens, H, HV, dtype = [0, 5, 130], 1, 2, torch.float16
     cu = [0, 0, 5, 135]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     h0 = random_states(gen, len(lens), HV, K, V, device)
     blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch, halves=halves,
-                                 warps2=4 if halves else 8)
+                                 warps2=4 if halves or parallel_output else 8, parallel_output=parallel_output)
     assert blocks.split_k == blocks.bk
     out = _poisoned((1, cu[-1], HV, V), dtype, device)
     call = functools.partial(
@@ -175,23 +179,25 @@ def test_state_halves_need_the_prefetching_form_and_32_key_rows():
         dataclasses.replace(chunk.prefill_blocks(16, 16, TURING_MMA), warps2=4, halves=True)
 
 
-def test_prefetch_needs_the_state_in_registers():
+def test_prefetch_and_parallel_output_need_the_state_in_registers():
     with pytest.raises(ValueError, match="split_k == bk"):
         dataclasses.replace(chunk.prefill_blocks(256, 256, TURING_MMA), prefetch=True)
+    with pytest.raises(ValueError, match="split_k == bk"):
+        dataclasses.replace(chunk.prefill_blocks(128, 128, FMA), parallel_output=True)
 
 
 def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monkeypatch):
     """Compiled for sm_90, Triton 3.6's wgmma code for kernel 2 (4 warps and more) faults at 8 warps and is wrong
     with prefetch or with key rows that are not 16-byte aligned (chunk.launchable); below 4 warps (mma.sync) all of
     those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA:
-    prefetch and the state in halves; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
+    prefetch; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
     launch, and prefetch at 2 warps runs. The compile target is presented as sm_90; the kernels run where the device
     is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
     monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
     turing, fma = chunk.prefill_blocks(K, V, TURING_MMA), chunk.prefill_blocks(K, V, FMA)
-    assert turing.prefetch and turing.halves and fma.warps2 == 8
+    assert turing.prefetch and fma.warps2 == 8
     launched = []
     kernel2 = chunk._chunk_state_output_kernel
 

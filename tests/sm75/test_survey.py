@@ -62,8 +62,8 @@ def test_what_gets_tensor_cores(surveyed) -> None:
     for kernel in ("kernel_unified_attention", "chunk_scaled_dot_kkt_fwd_kernel", "recompute_w_u_fwd_kernel",
                    "chunk_gated_delta_rule_fwd_kernel_h_blockdim64", "chunk_fwd_kernel_o"):
         assert decided[kernel] == {"mma:fp16"}, kernel
-    # GDNCore's prefill sees TensorCore75 on and takes its Turing MMA form: fp16 operands in both kernels
-    for kernel in ("_chunk_wy_kernel", "_chunk_state_output_kernel"):
+    # GDNCore's prefill sees TensorCore75 on and takes its Turing MMA form: fp16 operands in all three kernels
+    for kernel in ("_chunk_wy_kernel", "_chunk_state_output_kernel", "_chunk_output_kernel"):
         assert decided[kernel] == {"mma:fp16"}, kernel
     # fla's 16x16 triangular inverse multiplies fp32
     assert decided["merge_16x16_to_64x64_inverse_kernel"] == {"kept:fp32_dot"}
