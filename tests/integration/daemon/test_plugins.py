@@ -44,6 +44,8 @@ def installed(daemon) -> Iterator[dict[str, str]]:
     listing = runner.invoke(app, ["plugins", "list", "--config", config])
     assert GOOD in listing.output and BROKEN in listing.output and "* bundled" in listing.output
     yield {"good": GOOD, "broken": BROKEN}
+    # the module's last test may leave the engine starting (a restarted daemon); a swap needs it ready
+    daemon.wait_state("ready", 480)
     if daemon.status()["plugin"]["active_version"] is None:
         return
     started = time.time()
