@@ -140,7 +140,7 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
 def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, parallel_output, state_v_first, K, V):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
     benchmark sweeps both) at 8 warps, and in the prefetching form at 4 warps with the state in two row halves
-    (halves; the Turing MMA form's default), in both state layouts, with the outputs formed in the walk or by a
+    (halves; the Turing MMA form's default until kernel 3), in both state layouts, with the outputs formed in the walk or by a
     kernel of their own (parallel_output, at 4 warps: wgmma on sm_90): an empty first sequence (whose ahead-load must stay in bounds), one
     shorter than a chunk, one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled
     for sm_90, where Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
