@@ -228,11 +228,13 @@ def sweep(stream: torch.cuda.Stream | None, prefill: bool = True) -> None:
 # and warps with kernel 1 as by default, then kernel 2's prefetch flipped, at its default warps and at 2, and the
 # prefetching form with the other state tiling (halves at 4 warps, or the whole state at 8; the two kernels are
 # timed apart, so each variant moves one of them), then those of kernel 2's forms with kernel 1 as by default
-# with the outputs moved to or from a third kernel (parallel_output), and that kernel's
-# value block and warps. Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
+# with the outputs moved to or from a third kernel (parallel_output), and that kernel's value block and warps; last
+# the walk over w and u formed ahead (wu_ahead) flipped, at kernel 2's value blocks and warps and the w/u kernel's
+# warps. Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
 SWEEP_WARPS1 = (1, 2, 4, 8)
 SWEEP_KERNEL2 = ((16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8))
 SWEEP_KERNEL3 = ((32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8))  # the output kernel's value block, warps
+SWEEP_WU = ((32, 4, 4), (32, 2, 4), (64, 4, 4), (16, 4, 4), (32, 4, 2), (32, 4, 8))  # kernel 2's BV, warps; w/u's warps
 
 
 def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["PrefillBlocks"]:
@@ -242,17 +244,24 @@ def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["Prefil
     variants = [dataclasses.replace(default, warps1=w) for w in SWEEP_WARPS1 if w != default.warps1]
     variants += [dataclasses.replace(default, bv=bv, warps2=w) for bv, w in SWEEP_KERNEL2
                  if (bv, w) != (default.bv, default.warps2)]
-    if default.split_k == default.bk:  # kernel 2's ahead-load of the next chunk's keys, flipped
-        variants += [dataclasses.replace(default, warps2=w, prefetch=not default.prefetch, halves=False)
-                     for w in dict.fromkeys((default.warps2, 2))]
-    if default.prefetch and default.bk >= 32:  # the prefetching form with the other state tiling
-        variants.append(dataclasses.replace(default, warps2=8 if default.halves else 4, halves=not default.halves))
-    if default.split_k == default.bk:  # the outputs formed in the walk or by a third kernel, flipped, each tiling
-        forms = [default] + [v for v in variants if v.warps1 == default.warps1]
-        flipped = [dataclasses.replace(b, parallel_output=not default.parallel_output) for b in forms]
-        variants += flipped + [dataclasses.replace(flipped[0], bv3=bv, warps3=w) for bv, w in SWEEP_KERNEL3
-                               if (bv, w) != (flipped[0].bv3, flipped[0].warps3)]
-    return [b for b in variants if chunk.launchable(b, arch)]
+    walk = dataclasses.replace(default, wu_ahead=False)  # the walk over Ti, k and v, whose forms follow
+    if default.wu_ahead:
+        variants.append(walk)
+    if walk.split_k == walk.bk:  # kernel 2's ahead-load of the next chunk's keys, flipped
+        variants += [dataclasses.replace(walk, warps2=w, prefetch=not walk.prefetch, halves=False)
+                     for w in dict.fromkeys((walk.warps2, 2))]
+    if walk.prefetch and walk.bk >= 32:  # the prefetching form with the other state tiling
+        variants.append(dataclasses.replace(walk, warps2=8 if walk.halves else 4, halves=not walk.halves))
+    if walk.split_k == walk.bk:  # the outputs formed in the walk or by a third kernel, flipped, each tiling
+        forms = [walk] + [v for v in variants if v.warps1 == walk.warps1 and not v.wu_ahead]
+        flipped = [dataclasses.replace(b, parallel_output=not walk.parallel_output) for b in forms]
+        with_k3 = walk if walk.parallel_output else flipped[0]
+        variants += flipped + [dataclasses.replace(with_k3, bv3=bv, warps3=w) for bv, w in SWEEP_KERNEL3
+                               if (bv, w) != (with_k3.bv3, with_k3.warps3)]
+        ahead = dataclasses.replace(walk, prefetch=False, halves=False, parallel_output=True, wu_ahead=True)
+        variants += [dataclasses.replace(ahead, bv=bv, warps2=w2, warps_wu=ww) for bv, w2, ww in SWEEP_WU
+                     if not default.wu_ahead or (bv, w2, ww) != (default.bv, default.warps2, default.warps_wu)]
+    return [b for b in dict.fromkeys(variants) if b != default and chunk.launchable(b, arch)]
 
 
 def _fmt_ratio(ours: float, peer: float | None) -> str:

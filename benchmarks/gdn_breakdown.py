@@ -53,7 +53,8 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
         for blocks in prefill_variants(default, compile_arch("cuda", None)):
             impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}{' pf' if blocks.prefetch else ''}"
                   f"{' halves' if blocks.halves else ''}"
-                  f"{f', k3 BV={blocks.bv3} w{blocks.warps3}' if blocks.parallel_output else ''}"] = gdncore(blocks)
+                  f"{f', k3 BV={blocks.bv3} w{blocks.warps3}' if blocks.parallel_output else ''}"
+                  f"{f', wu w{blocks.warps_wu}' if blocks.wu_ahead else ''}"] = gdncore(blocks)
     try:
         import fla.ops.gated_delta_rule as fla
         from fla.ops.utils import prepare_chunk_indices

@@ -10,16 +10,19 @@ with the write strengths folded into its columns, Ti = (I + A)^-1 diag(beta):
     o  = scale exp(G) (q S) + Aqk v'                                  (kernel 3, every chunk at once; or kernel 2)
 
 Kernel 1 works in 16-row sub-blocks: it inverts the four diagonal 16x16 blocks of I + A by substitution and forms
-the six blocks below them by block forward substitution; Aqk comes from a program of its own. The classic WY form's
-w = Ti exp(G) k and u = Ti v are never formed: kernel 2 applies Ti to the chunk's residual instead, which costs it
-one 64x64 product per step and saves writing and reading w and u (4 bytes per token, value head and head-dim element
-in fp16). The state S stays fp32 in kernel 2 for the whole sequence (in registers; where dots are FMA, in a
-per-program scratch, see prefill_blocks). With tensor cores kernel 2 writes each chunk's starting state (in the
-operand dtype) and v' for kernel 3, which forms the outputs of all chunks in parallel: the serial walk then holds
-three products per chunk instead of five (PrefillBlocks.parallel_output). Where dots are FMA kernel 2 forms the
-outputs itself, and only Ti, Aqk (input dtype) and G (fp32) go through memory. How the products run (operand
-dtype, block sizes) follows a DotPlan: tensor cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots,
-FMA otherwise. reference.chunked_gated_delta_rule is the same algorithm in plain torch.
+the six blocks below them by block forward substitution; Aqk comes from a program of its own. On sm_75 the classic
+WY form's w = Ti exp(G) k and u = Ti v are never formed: kernel 2 applies Ti to the chunk's residual instead, which
+costs it one 64x64 product per step and saves writing and reading w and u (4 bytes per token, value head and
+head-dim element in fp16), what a 2080 Ti's memory pays for most. On sm_80+ (PrefillBlocks.wu_ahead) a kernel of
+their own forms w and u for all chunks at once and kernel 2 walks v' = u - w S: two products per step on the serial
+chain instead of three, for memory traffic an H200 hardly notices. The state S stays fp32 in kernel 2 for the whole
+sequence (in registers; where dots are FMA, in a per-program scratch, see prefill_blocks). With tensor cores kernel
+2 writes each chunk's starting state (in the operand dtype) and v' for kernel 3, which forms the outputs of all
+chunks in parallel: the serial walk then holds three products per chunk instead of five
+(PrefillBlocks.parallel_output). Where dots are FMA kernel 2 forms the outputs itself, and only Ti, Aqk (input
+dtype) and G (fp32) go through memory. How the products run (operand dtype, block sizes) follows a DotPlan: tensor
+cores on sm_80+ and on sm_75 where TensorCore75 retargets fp16 dots, FMA otherwise.
+reference.chunked_gated_delta_rule is the same algorithm in plain torch.
 """
 
 from __future__ import annotations
@@ -98,6 +101,18 @@ def _store_rows(ptr, x, tok, tok_mask, stride_tok, offset, cols, col_mask):
 
 
 @triton.jit
+def _chunk_bounds(chunk_ptr, cu_ptr, c, BT: tl.constexpr):
+    """Entry c of the chunk table: (sequence, the chunk's first token, the sequence's end). The sequence is
+    negative for a padding entry (the table's length is an upper bound), which the caller skips; its bounds are
+    then read from sequence 0, in range."""
+    seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
+    first = tl.maximum(seq, 0)
+    eos = tl.load(cu_ptr + first + 1).to(tl.int64)
+    t0 = tl.load(cu_ptr + first).to(tl.int64) + tl.load(chunk_ptr + 2 * c + 1).to(tl.int64) * BT
+    return seq, t0, eos
+
+
+@triton.jit
 def _chunk_wy_kernel(
     q_ptr, k_ptr, g_ptr, beta_ptr, A_log_ptr, dt_bias_ptr,
     tinv_ptr, aqk_ptr, gcum_ptr,
@@ -116,11 +131,9 @@ def _chunk_wy_kernel(
     c, hv, part = tl.program_id(0), tl.program_id(1) // 2, tl.program_id(1) % 2
     op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
     solve_t = op_t if TENSOR_CORES else tl.float32
-    seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
-    if seq < 0:  # padding entry of the chunk table (its length is an upper bound)
+    seq, start, eos = _chunk_bounds(chunk_ptr, cu_ptr, c, 4 * SUB)
+    if seq < 0:
         return
-    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
-    start = tl.load(cu_ptr + seq).to(tl.int64) + tl.load(chunk_ptr + 2 * c + 1).to(tl.int64) * (4 * SUB)
     h = hv // (heads_v // heads_k)
     r = tl.arange(0, SUB)
     t0 = start + r
@@ -353,11 +366,9 @@ def _chunk_output_kernel(
     the chunk's starting state and v' that the walk wrote; every chunk at once."""
     c, hv, iv = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
-    seq = tl.load(chunk_ptr + 2 * c).to(tl.int64)
-    if seq < 0:  # padding entry of the chunk table
+    seq, t0, eos = _chunk_bounds(chunk_ptr, cu_ptr, c, BT)
+    if seq < 0:
         return
-    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
-    t0 = tl.load(cu_ptr + seq).to(tl.int64) + tl.load(chunk_ptr + 2 * c + 1).to(tl.int64) * BT
     h = hv // (heads_v // heads_k)
     rt = tl.arange(0, BT)
     rk = tl.arange(0, BK)
@@ -376,6 +387,119 @@ def _chunk_output_kernel(
     v_new = tl.load(vnew_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
     o = qs * (tl.exp(G) * scale)[:, None] + tl.dot(a.to(op_t), v_new.to(op_t), input_precision=DOT)
     tl.store(o_ptr + hrow[:, None] * dim_v + rv[None, :], o.to(o_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+
+
+@triton.jit
+def _walk_program(cu_ptr, heads_k, heads_v, dim_v, BV: tl.constexpr):
+    """What a kernel-2 program (value block, sequence x value head) walks: (sequence, value head, key head, the
+    sequence's first token and end, value columns and their mask)."""
+    iv, pid = tl.program_id(0), tl.program_id(1)
+    seq, hv = pid // heads_v, pid % heads_v
+    bos = tl.load(cu_ptr + seq).to(tl.int64)
+    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
+    rv = iv * BV + tl.arange(0, BV)
+    return seq, hv, hv // (heads_v // heads_k), bos, eos, rv, rv < dim_v
+
+
+@triton.jit
+def _state_ends(
+    h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, seq, hv, stride_state, dim_k, dim_v, h0_mode, ht_mode, use_has_h0,
+):  # fmt: skip
+    """Where sequence seq's state for value head hv comes from and goes to (its own row, or a slot of vLLM's state
+    cache), and whether it is read and written: (load_h0, store_ht, h0_base, ht_base)."""
+    row = seq.to(tl.int64)
+    if h0_mode == 2 or ht_mode == 2:
+        row = tl.load(slot_ptr + seq).to(tl.int64)
+    live = row >= 0
+    if h0_mode == 2 or ht_mode == 2:
+        live = row > 0  # slot 0 is vLLM's null block, negative slots are padding
+    load_h0 = (h0_mode != 0) & live
+    if use_has_h0:
+        load_h0 = load_h0 & (tl.load(has_h0_ptr + seq) != 0)
+    store_ht = (ht_mode != 0) & live
+    h0_base = h0_ptr + row * stride_state + hv * dim_k * dim_v
+    ht_base = ht_ptr + row * stride_state + hv * dim_k * dim_v
+    return load_h0, store_ht, h0_base, ht_base
+
+
+@triton.jit
+def _chunk_wu_kernel(
+    k_ptr, v_ptr, tinv_ptr, gcum_ptr, w_ptr, u_ptr, chunk_ptr, cu_ptr,
+    stride_k, stride_v, heads_k, heads_v, dim_k, dim_v,
+    BT: tl.constexpr, BC: tl.constexpr, DOT: tl.constexpr, NATIVE: tl.constexpr,
+):  # fmt: skip
+    """One (chunk, value head) of the WU_AHEAD form: w = Ti exp(G) k and u = Ti v, rows token-major like k and v
+    ([tokens, HV, K] and [tokens, HV, V]), in BC-wide column blocks; every chunk at once."""
+    c, hv = tl.program_id(0), tl.program_id(1)
+    op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
+    seq, t0, eos = _chunk_bounds(chunk_ptr, cu_ptr, c, BT)
+    if seq < 0:
+        return
+    h = hv // (heads_v // heads_k)
+    rt = tl.arange(0, BT)
+    tok = t0 + rt
+    tm = tok < eos
+    hrow = tok * heads_v + hv
+    ti = tl.load(tinv_ptr + hrow[:, None] * BT + rt[None, :], mask=tm[:, None] & (rt[:, None] >= rt[None, :]), other=0.0).to(op_t)
+    e_g = tl.exp(tl.load(gcum_ptr + hrow, mask=tm, other=0.0))
+    for kc in range(0, dim_k, BC):
+        cols = kc + tl.arange(0, BC)
+        cm = cols < dim_k
+        k = _load_rows(k_ptr, tok, tm, stride_k, h * dim_k, cols, cm)
+        w = tl.dot(ti, (k.to(tl.float32) * e_g[:, None]).to(op_t), input_precision=DOT)
+        _store_rows(w_ptr, w, tok, tm, heads_v * dim_k, hv * dim_k, cols, cm)
+    for vc in range(0, dim_v, BC):
+        cols = vc + tl.arange(0, BC)
+        cm = cols < dim_v
+        v = _load_rows(v_ptr, tok, tm, stride_v, hv * dim_v, cols, cm)
+        u = tl.dot(ti, v.to(op_t), input_precision=DOT)
+        _store_rows(u_ptr, u, tok, tm, heads_v * dim_v, hv * dim_v, cols, cm)
+
+
+@triton.jit
+def _chunk_state_wu_kernel(
+    k_ptr, w_ptr, u_ptr, gcum_ptr,
+    h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, cu_ptr, hs_ptr, vnew_ptr,
+    stride_k, stride_state, heads_k, heads_v, dim_k, dim_v,
+    h0_mode, ht_mode, use_has_h0,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, V_FIRST: tl.constexpr, DOT: tl.constexpr,
+    NATIVE: tl.constexpr,
+):  # fmt: skip
+    """Kernel 2 of the WU_AHEAD form, one (value block, sequence, value head): the walk over the chunks with w and u
+    formed ahead, v' = u - w S, S <- exp(G_last) S + k^T (exp(G_last - G) v'): two products per chunk in the serial
+    chain instead of three. Like _chunk_state_output_kernel's PARALLEL_OUT form it writes each chunk's starting state
+    and v' for _chunk_output_kernel. The state is fp32 in registers; loads sit beside their first use (see
+    _chunk_state_output_kernel on Triton 3.6's sm_90 code)."""
+    op_t = k_ptr.dtype.element_ty if NATIVE else tl.float32
+    seq, hv, h, bos, eos, rv, vm = _walk_program(cu_ptr, heads_k, heads_v, dim_v, BV)
+    rk = tl.arange(0, BK)
+    km = rk < dim_k
+    load_h0, store_ht, h0_base, ht_base = _state_ends(
+        h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, seq, hv, stride_state, dim_k, dim_v, h0_mode, ht_mode, use_has_h0)
+    state_off = _state_offsets(rk, rv, dim_k, dim_v, V_FIRST)
+    state_mask = km[:, None] & vm[None, :]
+    S = tl.zeros([BK, BV], dtype=tl.float32)
+    if load_h0:
+        S = tl.load(h0_base + state_off, mask=state_mask, other=0.0).to(tl.float32)
+    rt = tl.arange(0, BT)
+    for t0 in range(bos, eos, BT):
+        tok = t0 + rt
+        tm = tok < eos
+        hrow = tok * heads_v + hv
+        G = tl.load(gcum_ptr + hrow, mask=tm, other=0.0)
+        g_last = tl.load(gcum_ptr + (tl.minimum(t0 + BT, eos) - 1) * heads_v + hv)
+        w = tl.load(w_ptr + hrow[:, None] * dim_k + rk[None, :], mask=tm[:, None] & km[None, :], other=0.0).to(op_t)
+        S_op = S.to(op_t)
+        tl.store(_chunk_state_rows(hs_ptr, t0, seq, hv, rk, rv, heads_v, dim_k, dim_v, BT), S_op, mask=state_mask)
+        ws = tl.dot(w, S_op, input_precision=DOT)
+        u = tl.load(u_ptr + hrow[:, None] * dim_v + rv[None, :], mask=tm[:, None] & vm[None, :], other=0.0)
+        v_new = u.to(tl.float32) - ws
+        tl.store(vnew_ptr + hrow[:, None] * dim_v + rv[None, :], v_new.to(vnew_ptr.dtype.element_ty), mask=tm[:, None] & vm[None, :])
+        k = _key_rows(k_ptr, t0, eos, h, rt, rk, km, stride_k, dim_k).to(op_t)
+        v_decayed = (v_new * tl.exp(g_last - G)[:, None]).to(op_t)
+        S = S * tl.exp(g_last) + tl.dot(tl.trans(k), v_decayed, input_precision=DOT)
+    if store_ht:
+        tl.store(ht_base + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
 
 
 @triton.jit
@@ -414,29 +538,11 @@ def _chunk_state_output_kernel(
     outputs for all chunks at once. That shortens the serial chain by two of its five products for 36 KB more
     memory traffic per token at TP2 (see prefill_blocks).
     """
-    iv, pid = tl.program_id(0), tl.program_id(1)
     op_t = q_ptr.dtype.element_ty if NATIVE else tl.float32
-    seq, hv = pid // heads_v, pid % heads_v
-    h = hv // (heads_v // heads_k)
-    bos = tl.load(cu_ptr + seq).to(tl.int64)
-    eos = tl.load(cu_ptr + seq + 1).to(tl.int64)
-    rv = iv * BV + tl.arange(0, BV)
-    vm = rv < dim_v
+    seq, hv, h, bos, eos, rv, vm = _walk_program(cu_ptr, heads_k, heads_v, dim_v, BV)
 
-    # where this sequence's state comes from and goes to: its own row, or a slot of vLLM's state cache
-    row = seq.to(tl.int64)
-    if h0_mode == 2 or ht_mode == 2:
-        row = tl.load(slot_ptr + seq).to(tl.int64)
-    live = row >= 0
-    if h0_mode == 2 or ht_mode == 2:
-        live = row > 0  # slot 0 is vLLM's null block, negative slots are padding
-    load_h0 = (h0_mode != 0) & live
-    if use_has_h0:
-        load_h0 = load_h0 & (tl.load(has_h0_ptr + seq) != 0)
-    store_ht = (ht_mode != 0) & live
-    h0_base = h0_ptr + row * stride_state + hv * dim_k * dim_v
-    ht_base = ht_ptr + row * stride_state + hv * dim_k * dim_v
-
+    load_h0, store_ht, h0_base, ht_base = _state_ends(
+        h0_ptr, ht_ptr, slot_ptr, has_h0_ptr, seq, hv, stride_state, dim_k, dim_v, h0_mode, ht_mode, use_has_h0)
     rt = tl.arange(0, BT)
     causal = rt[:, None] >= rt[None, :]
     if HALVES:
@@ -548,7 +654,7 @@ def _chunk_state_output_kernel(
             tl.store(ht_base + state_off, S.to(ht_ptr.dtype.element_ty), mask=state_mask)
     else:
         rs = tl.arange(0, SPLIT_K)
-        scratch = scratch_ptr + (pid * tl.num_programs(0) + iv).to(tl.int64) * (BK * BV)
+        scratch = scratch_ptr + (tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * (BK * BV)
         scratch_off = rs[:, None] * BV + tl.arange(0, BV)[None, :]
         for kb in tl.static_range(0, BK, SPLIT_K):
             rk = kb + rs
@@ -601,7 +707,8 @@ def _chunk_state_output_kernel(
 class PrefillBlocks:
     """Launch shapes of the prefill kernels: kernel 1's key-column block and warps; kernel 2's state tile (BK x BV),
     the row slice its products take the state in (SPLIT_K < BK: through scratch) and warps; whether kernel 3 forms
-    the outputs, and its value block and warps."""
+    the outputs, and its value block and warps; whether w and u are formed ahead of the walk, and that kernel's
+    warps."""
 
     bkc: int
     warps1: int
@@ -614,8 +721,14 @@ class PrefillBlocks:
     parallel_output: bool = False  # outputs in a third kernel over all chunks at once (register state only)
     bv3: int = 64  # that kernel's value block (at most the value head dim's block) and warps
     warps3: int = 4
+    wu_ahead: bool = False  # w and u formed by a kernel of their own; the walk then chains two products per chunk
+    warps_wu: int = 4  # that kernel's warps
 
     def __post_init__(self) -> None:
+        if self.wu_ahead and not (self.parallel_output and not self.prefetch and not self.halves):
+            raise ValueError(f"the walk over w and u formed ahead leaves the outputs to the third kernel and neither "
+                             f"prefetches nor keeps its state in halves: it needs parallel_output=True, "
+                             f"prefetch=False, halves=False, got {self}")
         if self.prefetch and self.split_k != self.bk:
             raise ValueError(f"kernel 2 prefetches only with the state in registers (split_k == bk), got {self}")
         if self.parallel_output and self.split_k != self.bk:
@@ -653,6 +766,11 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
     128 beat 64 and 32 everywhere; 8 warps edged out 4 on sm_75 (proxy), 4 won natively. The cost is memory: the
     chunk states and v' add 36 KB per token at TP2, about 0.5 ms per 8192 tokens at a 2080 Ti's 616 GB/s, which the
     proxy's 4.8 TB/s hide (docs/gdncore.md, the floors table).
+    On sm_80+ w and u are formed ahead (wu_ahead) and the walk chains two products per chunk: natively on the H200
+    (2026-12-03, sixth session, kernel GPU time per call) 429 / 1562 / 1410 us against 506 / 1866 / 1391 with the
+    walk over Ti, level at four sequences and ahead at one. Its kernel at 4 warps beat 2 and 8; the walk's value
+    block of 32 beat 16 and 64; at 2 warps (mma.sync) the walk over w and u took 20 times as long, so the launch
+    that falls back to 2 warps (unaligned key rows on sm_90) walks over Ti.
     At BK 256 on sm_75 the state goes through scratch in 128-row slices with 16-wide value blocks, where registers
     would not hold it. Where tl.dot is FMA (sm_75 without TensorCore75, the interpreter), kernel 2 keeps the state
     in scratch in 32-row slices with 16-wide value blocks.
@@ -668,7 +786,7 @@ def prefill_blocks(dim_k: int, dim_v: int, form: str) -> PrefillBlocks:
         if bk > 128:
             return PrefillBlocks(SUB, 1, bk, 16, 128, 8)
         return PrefillBlocks(SUB, 1, bk, bv, bk, 4, prefetch=True, parallel_output=True, bv3=bv3, warps3=8)
-    return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2, parallel_output=True, bv3=bv3, warps3=4)
+    return PrefillBlocks(SUB, 1, bk, bv, bk, MAX_WGMMA_WARPS2, parallel_output=True, bv3=bv3, warps3=4, wu_ahead=True)
 
 
 # Compiled for sm_90, Triton 3.6's code for kernel 2 (H200, compute-sanitizer, 2026-12-02): at 8 warps (two
@@ -803,7 +921,10 @@ def chunk_gated_delta_rule(
         blocks = prefill_blocks(K, V, plan.form)
         if not launchable(blocks, arch, row_bytes):  # sm_90, or a form meant for another GPU run there (tests)
             warps = MMA_SYNC_WARPS2 if row_bytes % 16 else min(blocks.warps2, MAX_WGMMA_WARPS2)
-            blocks = replace(blocks, warps2=warps, prefetch=False, halves=False)
+            # at 2 warps the walk over w and u took 20 times its 4-warp time (H200, TP2 1x8192: 9.9 ms against
+            # 0.43 for the whole call); the walk over Ti keeps the speed it had there before
+            blocks = replace(blocks, warps2=warps, prefetch=False, halves=False,
+                             wu_ahead=blocks.wu_ahead and warps != MMA_SYNC_WARPS2)
     elif not launchable(blocks, arch, row_bytes):
         raise ValueError(f"caovan GDN: {blocks} cannot run compiled for sm_{arch}: at 4 warps or more kernel 2 "
                          f"runs on wgmma there, which takes at most {MAX_WGMMA_WARPS2} warps, no prefetch and key "
@@ -850,16 +971,34 @@ def chunk_gated_delta_rule(
         op_dtype = work_dtype if plan.native else torch.float32
         hs = torch.empty(total // CHUNK + n_seq, HV, K, V, dtype=op_dtype, device=device)
         vnew = torch.empty(total, HV, V, dtype=op_dtype, device=device)
-    _chunk_state_output_kernel[grid](
-        q, k, v, tinv, aqk, gcum, o,
-        h0, ht, slots, has_init, cu, scratch, hs, vnew,
-        stride_q, stride_k, stride_v, stride_state, scale,
-        H, HV, K, V,
-        h0_mode, ht_mode, int(has_initial_state is not None),
-        BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
-        NATIVE=plan.native, PREFETCH=blocks.prefetch, HALVES=blocks.halves, PARALLEL_OUT=blocks.parallel_output,
-        num_warps=blocks.warps2,
-    )  # fmt: skip
+    if blocks.wu_ahead:
+        w = torch.empty(total, HV, K, dtype=hs.dtype, device=device)
+        u = torch.empty(total, HV, V, dtype=hs.dtype, device=device)
+        _chunk_wu_kernel[(table.shape[0], HV)](
+            k, v, tinv, gcum, w, u, table, cu,
+            stride_k, stride_v, H, HV, K, V,
+            BT=CHUNK, BC=min(64, head_block(max(K, V))), DOT=plan.precision, NATIVE=plan.native,
+            num_warps=blocks.warps_wu,
+        )  # fmt: skip
+        _chunk_state_wu_kernel[grid](
+            k, w, u, gcum,
+            h0, ht, slots, has_init, cu, hs, vnew,
+            stride_k, stride_state, H, HV, K, V,
+            h0_mode, ht_mode, int(has_initial_state is not None),
+            BT=CHUNK, BK=blocks.bk, BV=blocks.bv, V_FIRST=state_v_first, DOT=plan.precision, NATIVE=plan.native,
+            num_warps=blocks.warps2,
+        )  # fmt: skip
+    else:
+        _chunk_state_output_kernel[grid](
+            q, k, v, tinv, aqk, gcum, o,
+            h0, ht, slots, has_init, cu, scratch, hs, vnew,
+            stride_q, stride_k, stride_v, stride_state, scale,
+            H, HV, K, V,
+            h0_mode, ht_mode, int(has_initial_state is not None),
+            BT=CHUNK, BK=blocks.bk, BV=blocks.bv, SPLIT_K=blocks.split_k, V_FIRST=state_v_first, DOT=plan.precision,
+            NATIVE=plan.native, PREFETCH=blocks.prefetch, HALVES=blocks.halves, PARALLEL_OUT=blocks.parallel_output,
+            num_warps=blocks.warps2,
+        )  # fmt: skip
     if blocks.parallel_output:
         bv3 = min(blocks.bv3, head_block(V))
         _chunk_output_kernel[(table.shape[0], HV, triton.cdiv(V, bv3))](

@@ -31,13 +31,15 @@ SM75_FMA = Measured(
 SM75_TURING_MMA = Measured(
     "sm_75 with TensorCore75", True,
     "on the Turing proxy held to a 2080 Ti's SM count (72 of an H200's SMs), 2026-12-03, side by side: prefill on "
-    "m16n8k8 with the outputs in a kernel of their own, kernel GPU time GDNCore 0.83 / 2.84 ms at 1x8192 / 4x8192, "
-    "vLLM's kernels 1.19 / 4.25 ms (all 132 SMs: GDNCore 0.59 / 2.26 / 1.81 against 0.95 / 3.86 / 2.76); decode "
-    "B=64 T=1 / T=4 GDNCore 73 / 180 us, vLLM's 86 / 238 us")
+    "m16n8k8 with the outputs in a kernel of their own, whole call under CUDA graphs GDNCore 0.85 / 3.26 / 2.83 ms, "
+    "vLLM's kernels 1.19 / 4.81 / 4.26 ms (all 132 SMs: GDNCore 0.60 / 2.23 / 1.80 against 0.96 / 3.87 / 2.77); "
+    "decode B=64 T=1 / T=4 GDNCore 73 / 180 us, vLLM's 85 / 238 us")
 SM90 = Measured(
-    "sm_90", False,
-    "prefill, 2026-12-03, kernel GPU time side by side: vLLM's kernels 0.47 / 1.86 / 1.68 ms, GDNCore 0.50 / 1.87 / "
-    "1.40 ms; decode B=64 T=4 in an earlier run that day: vLLM's 158 us, GDNCore 135 us")
+    "sm_90", True,
+    "2026-12-03 (sixth session), side by side: prefill with w and u formed ahead of the walk, whole call under CUDA "
+    "graphs GDNCore 0.44 / 1.58 / 1.43 ms, vLLM's kernels 0.47 / 1.87 / 1.69 ms (kernel GPU time 0.43 / 1.56 / 1.41 "
+    "against 0.47 / 1.87 / 1.69); decode B=64 T=1 / T=4 GDNCore 56 / 137 us, vLLM's 66 / 159 us")
+
 
 def _platform(arch: int, turing_mma: bool, triton: tuple[int, int] | None) -> Measured | None:
     if arch == 75 and triton is not None and triton >= (3, 4):  # older Triton lowers sm_75 dots to mma itself

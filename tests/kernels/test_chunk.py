@@ -172,6 +172,49 @@ def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, parall
         assert rel_err(ht[n], ref_h[n]) < CHUNK_TOL[dtype], f"sequence {n}"
 
 
+@pytest.mark.parametrize(("plan", "state_v_first", "K", "V"), [
+    (TENSOR_CORES, False, 32, 32), (TENSOR_CORES, True, 48, 32), (TURING_MMA, True, 32, 48),
+])
+def test_w_and_u_formed_ahead(gen, device, plan, state_v_first, K, V):
+    """The WU_AHEAD form (PrefillBlocks.wu_ahead: w = Ti exp(G) k and u = Ti v from a kernel of their own, the walk
+    over them, the outputs from kernel 3) in vLLM's state-cache call: an empty first sequence, one shorter than a
+    chunk, one ending mid-chunk, one on the null slot 0 (read as zero, not written); key dims that leave the last
+    column block partly masked, K != V both ways, both state layouts; outputs and final states against the float64
+    recurrence."""
+    lens, H, HV, dtype = [0, 5, 130, 70], 1, 2, torch.float16
+    cu = [0, 0, 5, 135, 205]
+    x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
+    states = random_states(gen, 6, HV, K, V, device)  # reference layout [slot, HV, K, V]
+    cache = (states.transpose(-1, -2) if state_v_first else states).clone().contiguous()
+    before = cache.clone()
+    slots = torch.tensor([4, 1, 3, 0], dtype=torch.int32, device=device)
+    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, plan), prefetch=False, halves=False,
+                                 parallel_output=True, wu_ahead=True)
+    out = _poisoned((1, cu[-1], HV, V), dtype, device)
+    chunk_gated_delta_rule(
+        x.q, x.k, x.v, x.g, x.beta, initial_state=cache, output_final_state=True, core_attn_out=out,
+        cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), state_v_first=state_v_first,
+        ssm_state_indices=slots, plan=PLANS[plan], blocks=blocks,
+    )  # fmt: skip
+    h0 = torch.stack([states[4], states[1], states[3], torch.zeros_like(states[0])])
+    ref_o, ref_h = R.varlen_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, cu, h0)
+    errors = [rel_err(out[0], ref_o)]
+    got = cache.transpose(-1, -2) if state_v_first else cache
+    assert torch.equal(got[4], states[4])  # no tokens: the state passes through
+    errors += [rel_err(got[slot], ref_h[n]) for n, slot in ((1, 1), (2, 3))]
+    print(f"{plan}: output {errors[0]:.2e}, final states {errors[1]:.2e} {errors[2]:.2e} (bound {CHUNK_TOL[dtype]})")
+    assert max(errors) < CHUNK_TOL[dtype]
+    assert torch.equal(cache[[0, 2, 5]], before[[0, 2, 5]])  # the null slot and the slots no sequence names
+
+
+def test_w_and_u_ahead_needs_the_plain_walk_with_kernel_3():
+    tensor_cores = chunk.prefill_blocks(128, 128, TENSOR_CORES)
+    with pytest.raises(ValueError, match="parallel_output=True, prefetch=False, halves=False"):
+        dataclasses.replace(tensor_cores, parallel_output=False, wu_ahead=True)
+    with pytest.raises(ValueError, match="parallel_output=True, prefetch=False, halves=False"):
+        dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), wu_ahead=True)
+
+
 def test_state_halves_need_the_prefetching_form_and_32_key_rows():
     with pytest.raises(ValueError, match="halves only in its prefetching form"):
         dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), prefetch=False, halves=True)
@@ -191,24 +234,29 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
     with prefetch or with key rows that are not 16-byte aligned (chunk.launchable); below 4 warps (mma.sync) all of
     those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA:
     prefetch; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
-    launch, and prefetch at 2 warps runs. The compile target is presented as sm_90; the kernels run where the device
-    is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
+    launch, and prefetch at 2 warps runs. The rule holds for both forms of kernel 2 (the default's walk over w and u
+    takes unaligned key rows at 2 warps too). The compile target is presented as sm_90; the kernels run where the
+    device is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
     monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
     turing, fma = chunk.prefill_blocks(K, V, TURING_MMA), chunk.prefill_blocks(K, V, FMA)
     assert turing.prefetch and fma.warps2 == 8
-    launched = []
-    kernel2 = chunk._chunk_state_output_kernel
+    launched, walks = [], []
 
-    class Recording:
+    class Recording:  # kernel 2 in either of its forms: the walk over Ti, k and v, or over w and u
+        def __init__(self, name):
+            self.name, self.kernel2 = name, getattr(chunk, name)
+
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                launched.append((kwargs["num_warps"], kwargs["PREFETCH"]))
-                return kernel2[grid](*args, **kwargs)
+                launched.append((kwargs["num_warps"], kwargs.get("PREFETCH", False)))
+                walks.append(self.name)
+                return self.kernel2[grid](*args, **kwargs)
             return launch
 
-    monkeypatch.setattr(chunk, "_chunk_state_output_kernel", Recording())
+    for name in ("_chunk_state_output_kernel", "_chunk_state_wu_kernel"):
+        monkeypatch.setattr(chunk, name, Recording(name))
     ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], K**-0.5, None)
     for form in (TURING_MMA, FMA):
         o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[form])
@@ -216,12 +264,13 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
     assert launched == [(chunk.MAX_WGMMA_WARPS2, False)] * 2
 
     default = chunk.prefill_blocks(K, V, TENSOR_CORES)
-    for refused in (dataclasses.replace(default, warps2=8), dataclasses.replace(default, prefetch=True)):
+    walk = dataclasses.replace(default, wu_ahead=False)  # the form that can prefetch
+    for refused in (dataclasses.replace(default, warps2=8), dataclasses.replace(walk, prefetch=True)):
         with pytest.raises(ValueError, match="at most 4 warps, no prefetch"):
             chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=refused)
         assert chunk.launchable(refused, 75) and chunk.launchable(refused, None) and not chunk.launchable(refused, 90)
     assert len(launched) == 2
-    mma_sync = dataclasses.replace(default, warps2=chunk.MMA_SYNC_WARPS2, prefetch=True)
+    mma_sync = dataclasses.replace(walk, warps2=chunk.MMA_SYNC_WARPS2, prefetch=True)
     o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=mma_sync)
     assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, True)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
     del launched[2:]
@@ -231,6 +280,8 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
     o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES])
     ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 100**-0.5, None)
     assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, False)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    # at 2 warps the default's walk over w and u is slow (chunk.prefill_blocks): the fallback walks over Ti
+    assert chunk.prefill_blocks(100, 64, TENSOR_CORES).wu_ahead and walks[-1] == "_chunk_state_output_kernel"
     with pytest.raises(ValueError, match="key rows of 200 bytes"):
         chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES],
                                blocks=chunk.prefill_blocks(100, 64, TENSOR_CORES))

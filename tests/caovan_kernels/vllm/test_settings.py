@@ -58,7 +58,7 @@ def test_require_turbo3_outranks_autos_speed_choice():
     (75, False, (3, 6), False, "sm_75 with Triton's FMA dots"),
     (75, True, (3, 6), True, "GDNCore kernels on sm_75 with TensorCore75, where they measured faster"),
     (75, False, (3, 3), False, "sm_75: GDNCore has no measurement"),  # Triton < 3.4 has Turing mma itself
-    (90, False, (3, 6), False, "sm_90, where GDNCore did not measure faster"),
+    (90, False, (3, 6), True, "GDNCore kernels on sm_90, where they measured faster"),
     (86, False, (3, 6), False, "sm_86: GDNCore has no measurement"),
 ])
 def test_auto_runs_gdncore_only_where_it_measured_faster(arch, turing_mma, triton, gdncore, where):
