@@ -35,10 +35,11 @@ def test_no_gpu_here_so_gpu_checks_skip_with_the_reason(report):
 
 def test_auto_mode_says_where_gdncore_runs(report, monkeypatch):
     assert "no CUDA GPU" in _named(report)["GDNCore in caovan_mode=auto"].detail
-    gpus = parse_inventory("1x RTX 2080 Ti 22GB sm75, 1x H100 80GB sm90")
+    gpus = parse_inventory("1x RTX 2080 Ti 22GB sm75, 1x H100 80GB sm90, 1x A100 80GB sm80")
     named = _named(run_doctor(only=["gdn-auto"], inventory=gpus))
     assert "GDNCore kernels on sm_75 with TensorCore75" in named["GDNCore in caovan_mode=auto on sm_75"].detail
-    assert "stock vLLM GDN kernels on sm_90" in named["GDNCore in caovan_mode=auto on sm_90"].detail
+    assert "GDNCore kernels on sm_90" in named["GDNCore in caovan_mode=auto on sm_90"].detail
+    assert "stock vLLM GDN kernels on sm_80" in named["GDNCore in caovan_mode=auto on sm_80"].detail
     monkeypatch.setenv("CAOVAN_TURING_MMA", "off")
     named = _named(run_doctor(only=["gdn-auto"], inventory=gpus))
     assert "stock vLLM GDN kernels on sm_75 with Triton's FMA dots" in named["GDNCore in caovan_mode=auto on sm_75"].detail
