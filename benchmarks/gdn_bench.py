@@ -288,7 +288,8 @@ def _run(args: argparse.Namespace, where: str, stream: torch.cuda.Stream | None)
         sweep(stream, prefill=not args.decode_only)
     torch.manual_seed(0)
     bw = copy_bandwidth()
-    gpu = torch.cuda.get_device_name()
+    # the device's own name: on the Turing proxy get_device_name answers with the 2080 Ti it presents
+    gpu = torch.cuda.get_device_properties(torch.cuda.current_device()).name
     header = (
         f"Date {datetime.date.today()}, GPU {gpu} ({where}), torch {torch.__version__}, Triton {triton.__version__}, "
         f"copy bandwidth {bw / 1e12:.2f} TB/s (read+write). Times in microseconds per call; 'x' columns are "
