@@ -99,12 +99,24 @@ class Samples:
                           percentile(self.latencies, 0.5) * 1e3, percentile(self.latencies, 0.99) * 1e3)
 
 
-async def run_load(url: str, headers: dict, concurrency: int, requests: int, max_tokens: int, into: Samples) -> None:
+def client_for(address: str, **options: object) -> tuple[httpx.AsyncClient, str]:
+    """A client and base URL for an address: the daemon's http:// URL, or the engine's `unix:<socket>` (/status's
+    engine.address: the engine listens on a Unix socket only)."""
+    if address.startswith("unix:"):
+        transport = httpx.AsyncHTTPTransport(uds=address[len("unix:"):], limits=options.pop("limits", None)
+                                             or httpx.Limits())
+        return httpx.AsyncClient(transport=transport, **options), "http://localhost"
+    return httpx.AsyncClient(**options), address
+
+
+async def run_load(address: str, headers: dict, concurrency: int, requests: int, max_tokens: int,
+                   into: Samples) -> None:
     """One round: `concurrency` streams of `requests` completions each; adds to `into`."""
     ttfts, latencies = into.ttfts, into.latencies
     tokens = errors = 0
     limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10), limits=limits) as client:
+    client, url = client_for(address, timeout=httpx.Timeout(600, connect=10), limits=limits)
+    async with client:
         async def stream_worker(index: int) -> None:
             nonlocal tokens, errors
             for turn in range(requests):
@@ -131,13 +143,16 @@ async def hop_latency(direct: str, daemon: str, headers: dict, samples: int) -> 
     would measure no hop there)."""
     body = {"model": SERVED_NAME, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
     times = {"direct": [], "daemon": []}
-    async with httpx.AsyncClient(timeout=30) as client:
+    (direct_client, direct_url), (daemon_client, daemon_url) = client_for(direct, timeout=30), client_for(
+        daemon, timeout=30)
+    async with direct_client, daemon_client:
+        paths = (("direct", direct_client, direct_url, {}), ("daemon", daemon_client, daemon_url, headers))
         for _ in range(20):  # warm both connection pools
-            await client.post(f"{direct}/v1/completions", json=body)
-            await client.post(f"{daemon}/v1/completions", json=body, headers=headers)
+            for _, client, url, hdrs in paths:
+                await client.post(f"{url}/v1/completions", json=body, headers=hdrs)
         for _ in range(samples):
             statuses = []
-            for name, url, hdrs in (("direct", direct, {}), ("daemon", daemon, headers)):
+            for name, client, url, hdrs in paths:
                 started = time.perf_counter()
                 statuses.append((await client.post(f"{url}/v1/completions", json=body, headers=hdrs)).status_code)
                 times[name].append(time.perf_counter() - started)
@@ -269,8 +284,7 @@ def main() -> None:
         daemon, url = start_daemon(args.model, Path(tmp), routed=args.routed)
         try:
             status = wait_ready(daemon, url)
-            engine_url = status["engine"]["url"]
-            results, hop = asyncio.run(bench(engine_url, url, args))
+            results, hop = asyncio.run(bench(status["engine"]["address"], url, args))
         finally:
             stop_daemon(daemon)
     print(table(results, hop))

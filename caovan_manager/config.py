@@ -35,11 +35,18 @@ class EngineSettings(BaseModel):
 
     model: str | None = Field(None, description="Model directory or name; none = the embedded demo model.")
     args: list[str] = Field(default_factory=list, description="Extra vLLM arguments, passed through unchanged.")
-    port: int = Field(0, ge=0, le=65535, description="Engine port on 127.0.0.1; 0 = a free port at each start.")
     cuda_visible_devices: str | None = Field(None, description="GPU indices as nvidia-smi numbers them, e.g. '0,1'.")
     omp_num_threads: int | None = Field(None, ge=1, description="OMP_NUM_THREADS; none = keep the environment's.")
     cache_dir: Path = Field(default_factory=default_cache_dir, description="Root of per-user compiler caches.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment (wins over defaults).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_port(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "port" in data:
+            raise ValueError("engine.port is gone: the engine now listens on a private Unix socket that only the "
+                             "daemon can reach, and on no TCP port; remove engine.port (clients use the daemon's port)")
+        return data
 
     @field_validator("cuda_visible_devices")
     @classmethod
@@ -140,6 +147,18 @@ class SecuritySettings(BaseModel):
     admin_keys: list[SecretStr] = Field(default_factory=list, description="Keys for admin calls; none = open.")
     inference_keys: list[SecretStr] = Field(default_factory=list, description="Keys for /v1/*; none = open.")
     metrics_keys: list[SecretStr] = Field(default_factory=list, description="Keys for /metrics; none = open.")
+    trusted_origins: list[str] = Field(default_factory=list, description=(
+        "Browser origins besides the daemon's own address that may make admin calls, e.g. "
+        "'https://caovan.example.com' for a dashboard behind a reverse proxy that rewrites the Host header."))
+
+    @field_validator("trusted_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.fullmatch(r"https?://[^/\s]+/?", origin):
+                raise ValueError(f"expected origins like 'https://host[:port]' (scheme and address, no path), "
+                                 f"got {origin!r}")
+        return value
 
 
 class PluginSettings(BaseModel):
@@ -213,9 +232,6 @@ class Settings(BaseSettings):
         if self.models and self.engine.model:
             raise ValueError("engine.model and a models table were both given; name the model in the table (or "
                              "drop the table to serve engine.model alone)")
-        if self.models and self.engine.port:
-            raise ValueError(f"engine.port = {self.engine.port} with a models table: every engine would take that "
-                             f"port; leave engine.port at 0 (a free port for each engine)")
         seen: dict[str, str] = {}
         for name, entry in self.models.items():
             if not MODEL_NAME.fullmatch(name):

@@ -105,7 +105,7 @@ def main() -> int:
             if not holders:
                 problems.append("NVML lists none of the engine's processes: the memory-release wait cannot see them")
 
-            results, hop = asyncio.run(bench(status["engine"]["url"], url, bench_args))
+            results, hop = asyncio.run(bench(status["engine"]["address"], url, bench_args))
             lines += ["", table(results, hop), ""]
 
             if opts.no_restart:

@@ -147,7 +147,7 @@ def serve(run: str, out_dir: Path, timeout_s: float) -> int:
         if status.get("state") != "ready":
             result["error"] = f"not ready: state {status.get('state')!r}, last error {status.get('last_error')!r}"
         else:
-            greedy = greedy_via(f"{url}/v1", status["engine"]["url"], SERVED, EVAL_PROMPTS, MAX_TOKENS)
+            greedy = greedy_via(f"{url}/v1", f"{url}/metrics/engine", SERVED, EVAL_PROMPTS, MAX_TOKENS)
             result.update(tokens=greedy.tokens, acceptance=greedy.acceptance)
             time.sleep(11)  # vLLM logs its spec-decoding line every 10 s: let the daemon parse one
             result["status_after"] = httpx.get(f"{url}/status", timeout=5).json()

@@ -17,6 +17,9 @@ from caovan_manager.engine.launch import EngineTarget
 
 from . import control, doctor, logs, metrics, models, plugins, status
 from .daemon import Daemon
+from .door import FrontDoor
+from .errors import install_error_handlers
+from .schemas import DOOR
 
 
 def default_web_dir() -> Path:
@@ -36,7 +39,7 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
         finally:
             await daemon.shutdown()
 
-    app = FastAPI(title="Caovan daemon", version=caovan_kernels.__version__, lifespan=lifespan,
+    app = FastAPI(title="Caovan daemon", version=caovan_kernels.__version__, lifespan=lifespan, responses=DOOR,
                   description="Supervises the vLLM engine, proxies the OpenAI API, swaps plugin versions safely. "
                               "`/v1/*` is the engine's OpenAI-compatible API, relayed (with an inference key where "
                               "security.inference_keys is set); see the engine's own /docs for its endpoints.")
@@ -46,6 +49,9 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
         app.include_router(module.router)
     # First in the route list: it carries the traffic, and the router tries routes in order.
     app.router.routes.insert(0, Mount("/v1", app=daemon.relay, name="openai"))
+    # Outermost, before any routing: request targets with two readings and cross-site calls that act end here.
+    app.add_middleware(FrontDoor, trusted_origins=lambda: daemon.settings.security.trusted_origins)
+    install_error_handlers(app)
     web = settings.web_dir or default_web_dir()
     if (web / "index.html").is_file():
         app.mount("/", StaticFiles(directory=web, html=True), name="web")

@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field
 from caovan_manager.models.placement import Load, Unload
 from caovan_manager.supervisor.messages import Command, Outcome, RestartCommand, StartCommand, State, StopCommand
 
-from .schemas import UNAUTHORIZED, ControlResult
+from .schemas import ADMIN_CALL, ControlResult
 from .security import require_admin
 
 # What the supervisor answered: 202 accepted, 409 refused in the current state, 400 refused.
 DECISION = {"status_code": 202, "response_model": ControlResult,
-            "responses": {400: {"model": ControlResult}, 409: {"model": ControlResult}, **UNAUTHORIZED}}
+            "responses": {400: {"model": ControlResult}, 409: {"model": ControlResult}, **ADMIN_CALL}}
 
 router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
 

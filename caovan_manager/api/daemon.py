@@ -10,11 +10,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-import httpx
-
 import caovan_kernels
+from caovan_manager.api.security import exposure_warnings
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.engine.launch import EngineTarget
@@ -30,6 +30,7 @@ from caovan_manager.models.slot import ModelSlot
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.relay import OpenAIRelay
+from caovan_manager.proxy.upstream import make_socket_folder, remove_socket_folder
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.bus import Broadcaster
@@ -56,7 +57,7 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.events: Broadcaster[dict[str, Any]] = Broadcaster()
         self.relay = OpenAIRelay(settings.proxy, settings.security, self.metrics)
-        self.engine_client: httpx.AsyncClient | None = None
+        self.socket_folder: Path | None = None  # the engines' private Unix sockets (caovan_manager.proxy.upstream)
         self.catalog: Catalog | None = None
         self.slots: dict[str, ModelSlot] = {}
         self.placement: PlacementOwner | None = None
@@ -106,8 +107,9 @@ class Daemon:
 
     async def start(self, log: Callable[[str], None] = logger.info) -> None:
         """Resolve the models, build each one's parts, start supervising (and the engines that start at once)."""
-        # The daemon's own calls to the engines (their /metrics pages); the OpenAI API goes through the relay.
-        self.engine_client = httpx.AsyncClient(timeout=httpx.Timeout(30, connect=self.settings.proxy.connect_timeout_s))
+        self.socket_folder = make_socket_folder()
+        for warning in exposure_warnings(self.settings):
+            logger.warning("SECURITY: %s (README, Security)", warning)
         await asyncio.to_thread(self.reap_orphans)
         self.catalog = await asyncio.to_thread(build_catalog, self.settings, log, self.given_target)
         for entry in self.catalog:
@@ -123,7 +125,7 @@ class Daemon:
             self.slots[entry.name] = ModelSlot(
                 entry, self.settings, routed=self.catalog.routed, store=self.store, plugins=self.plugins,
                 masker=self.masker, metrics=self.metrics, events=self.events, run_ids=lambda: next(run_ids),
-                bundled_version=self.bundled_version, plugin=plugin)
+                bundled_version=self.bundled_version, plugin=plugin, socket_folder=self.socket_folder)
         self.placement = PlacementOwner(self.catalog, self.slots, self.settings.swap, self.events)
         self.router = ModelRouter(self.catalog, self.slots)
         self.relay.start(self.router)
@@ -151,9 +153,8 @@ class Daemon:
             await self.placement.stop_loop()
         if self.slots:
             await asyncio.gather(*(self._stop_slot(slot) for slot in self.slots.values()))
-        await self.relay.aclose()
-        if self.engine_client is not None:
-            await self.engine_client.aclose()
+        if self.socket_folder is not None:
+            remove_socket_folder(self.socket_folder)
         for slot in self.slots.values():
             slot.sink.close()
         self.store.close()

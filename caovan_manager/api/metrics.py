@@ -37,8 +37,8 @@ async def engine_metrics(request: Request, model: str | None = Query(
         return Response(f"# the engine of {slot.name} is {slot.machine.state.value}; its metrics return once it is "
                         f"ready\n", status_code=503, media_type="text/plain", headers={"Retry-After": "10"})
     try:
-        response = await daemon.engine_client.get(f"{upstream}/metrics", timeout=10)
-    except httpx.HTTPError as exc:
+        response = await upstream.client.get("/metrics", timeout=10)
+    except (httpx.HTTPError, RuntimeError) as exc:  # RuntimeError: the run's client closed as it was stopped
         return Response(f"# the engine's /metrics did not answer: {type(exc).__name__}\n", status_code=502,
                         media_type="text/plain")
     return Response(response.content, status_code=response.status_code,

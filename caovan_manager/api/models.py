@@ -11,7 +11,7 @@ from caovan_manager.models.catalog import UnknownModel
 from caovan_manager.models.placement import Load, Unload
 
 from .control import decision
-from .schemas import UNAUTHORIZED, ControlResult, ModelList, Problem
+from .schemas import ADMIN_CALL, ControlResult, ModelList, Problem
 from .security import require_admin
 from .status import model_documents
 
@@ -20,7 +20,7 @@ router = APIRouter(tags=["models"])
 # A path parameter: a model without a models table is named by its path or Hugging Face id, slashes and all.
 NAME = Path(..., max_length=128, description="A configured model's name or alias.")
 PLACEMENT = {"status_code": 202, "response_model": ControlResult,
-             "responses": {404: {"model": Problem, "description": "no such model"}, **UNAUTHORIZED}}
+             "responses": {404: {"model": Problem, "description": "no such model"}, **ADMIN_CALL}}
 
 
 @router.get("/models", summary="Every configured model: GPUs, state, requests, idle ttl, swaps",

@@ -11,7 +11,7 @@ from caovan_manager.plugins.store import PluginStoreError, UnknownVersion
 from caovan_manager.supervisor.messages import ActivateCommand
 
 from .control import decide
-from .schemas import UNAUTHORIZED, ControlResult, Problem
+from .schemas import ADMIN_CALL, ControlResult, Problem
 from .security import require_admin
 
 router = APIRouter(tags=["plugins"])
@@ -40,7 +40,7 @@ async def list_plugins(request: Request) -> dict[str, Any]:
              status_code=202, response_model=ControlResult,
              responses={400: {"model": Problem, "description": "not a valid version name"},
                         404: {"model": Problem, "description": "not installed"},
-                        409: {"model": ControlResult, "description": "engine not ready, or busy"}, **UNAUTHORIZED})
+                        409: {"model": ControlResult, "description": "engine not ready, or busy"}, **ADMIN_CALL})
 async def activate(request: Request, version: str = Path(..., max_length=64,
                                                         description="A store version, or `bundled`.")) -> JSONResponse:
     daemon = request.app.state.daemon

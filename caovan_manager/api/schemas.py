@@ -52,7 +52,7 @@ class EngineRun(Strict):
     run_id: int
     alive: bool
     pid: int | None
-    url: str | None
+    address: str | None  # `unix:<socket>`: the engine listens on no TCP port
     uptime_s: float
     ready_s: float | None
     vllm_version: str | None
@@ -181,6 +181,15 @@ class StatusDocument(Strict):
 
 
 UNAUTHORIZED = {401: {"model": Problem, "description": "a key is needed (security.*): `Authorization: Bearer <key>`"}}
+# Any request: a target the front door (caovan_manager.api.door) refuses before routing.
+DOOR = {400: {"model": Problem, "description": "a request target with two readings (dot-segments, encoded '.', '/', "
+                                              "'\\' or '%', control characters, empty segments)"}}
+# What the front door and the admin check answer on any call that changes state.
+ADMIN_CALL = {**UNAUTHORIZED,
+              403: {"model": Problem, "description": "cross-site (a foreign Origin), or from another machine while "
+                                                     "no admin key is configured"},
+              415: {"model": Problem, "description": "neither a JSON body nor an Authorization header: a form a web "
+                                                     "page could send cross-site"}}
 TEXT = {"content": {"text/plain": {"schema": {"type": "string"}}}}
 EVENT_STREAM = {"content": {"text/event-stream": {"schema": {"type": "string"}}},
                 "description": "server-sent events, one JSON object per `data:` line; the stream does not end"}

@@ -34,7 +34,7 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
             "run_id": run.run_id,
             "alive": m.state not in (State.STOPPED, State.BACKOFF, State.FAILED),
             "pid": run.pid,
-            "url": daemon.effects.engine_url(run.run_id) if daemon.effects else None,
+            "address": daemon.effects.engine_address(run.run_id) if daemon.effects else None,
             "uptime_s": round(now - run.started_at, 1),
             "ready_s": None if run.ready_at is None else round(run.ready_at - run.started_at, 1),
             "vllm_version": run.engine_version,

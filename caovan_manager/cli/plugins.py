@@ -72,7 +72,8 @@ def activate(version: str = typer.Argument(..., help="A version from `caovan plu
     key = admin_key or (settings.security.admin_keys[0].get_secret_value() if settings.security.admin_keys else None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        response = httpx.post(f"{base}/plugins/{version}/activate", headers=headers, timeout=30)
+        # A JSON body: the daemon takes state-changing calls only in forms no web page can send cross-site.
+        response = httpx.post(f"{base}/plugins/{version}/activate", headers=headers, json={}, timeout=30)
     except httpx.HTTPError as exc:
         typer.echo(f"caovan plugins activate: the daemon at {base} did not answer ({type(exc).__name__}); is "
                    f"`caovan serve` running?", err=True)

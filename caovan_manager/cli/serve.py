@@ -54,9 +54,6 @@ def serve(
     except PortInUse as exc:
         typer.echo(f"caovan serve: {exc}", err=True)
         raise typer.Exit(2) from None
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.security.admin_keys:
-        typer.echo(f"caovan serve: warning: listening on {settings.host} without security.admin_keys: anyone who "
-                   f"reaches this port can stop the engine or swap plugins", err=True)
 
     # The supervisor's state changes go to the console beside uvicorn's lines; the engine's output goes to its log
     # file (GET /logs, /logs/stream).

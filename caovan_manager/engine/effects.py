@@ -21,6 +21,7 @@ from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import ModelMetrics
 from caovan_manager.proxy.gate import Gate
+from caovan_manager.proxy.upstream import Upstream, open_upstream
 from caovan_manager.store import Store
 from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.messages import (
@@ -41,28 +42,27 @@ from caovan_manager.supervisor.messages import (
 from . import probe
 from .gpu import wait_gpu_released
 from .launch import EngineTarget, build_launch, option_value
-from .process import EngineProcess, check_port_free, free_port
+from .process import EngineProcess
 
 
 @dataclass
 class RunHandle:
     run_id: int
-    port: int
-    client: httpx.AsyncClient
+    upstream: Upstream  # the run's socket and its clients
     process: EngineProcess | None = None
     spawned: asyncio.Event = field(default_factory=asyncio.Event)  # set once the spawn attempt is over
     tasks: set[asyncio.Task] = field(default_factory=set)
     last_line: str = ""
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def client(self) -> httpx.AsyncClient:
+        return self.upstream.client
 
 
 class EngineEffects:
     def __init__(self, settings: Settings, target: EngineTarget, post: Callable[[Message], None], sink: LogSink,
                  gate: Gate, store: Store, site_for: Callable[[str | None], Path | None], metrics: ModelMetrics,
-                 events: Broadcaster[dict[str, Any]], masker: Masker) -> None:
+                 events: Broadcaster[dict[str, Any]], masker: Masker, socket_folder: Path) -> None:
         self.settings = settings
         self.target = target
         self.masker = masker
@@ -75,6 +75,7 @@ class EngineEffects:
         self.site_for = site_for
         self.metrics = metrics
         self.events = events
+        self.socket_folder = socket_folder  # private to the daemon's user (caovan_manager.proxy.upstream)
         self.runs: dict[int, RunHandle] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._progress: asyncio.Task | None = None
@@ -103,24 +104,22 @@ class EngineEffects:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for run in list(self.runs.values()):
-            await run.client.aclose()
+            await run.upstream.aclose()
 
     # The engine process -------------------------------------------------------------------------------------------
 
     def spawn(self, run_id: int, version: str | None) -> None:
-        port = self.settings.engine.port or free_port()
-        client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=self.engine_headers,
-                                   timeout=httpx.Timeout(30, connect=5))
-        run = RunHandle(run_id, port, client)
+        socket_path = self.socket_folder / f"run-{run_id}.sock"
+        run = RunHandle(run_id, open_upstream(socket_path, self.settings.proxy, self.engine_headers))
         self.runs[run_id] = run
         self._spawn_task(self._spawn(run, version), run)
 
     async def _spawn(self, run: RunHandle, version: str | None) -> None:
         try:
             site = self.site_for(version)
-            check_port_free(run.port)
+            run.upstream.socket_path.unlink(missing_ok=True)  # left by a run killed with this id: vLLM would not bind
             cwd = self.settings.state_dir / "run"
-            spec = build_launch(self.settings, self.target, run.port, cwd, site)
+            spec = build_launch(self.settings, self.target, run.upstream.socket_path, cwd, site)
             shown = self.masker.command(spec.command)
             self.sink.open_run(run.run_id)
             self.sink.write(f"caovan: run {run.run_id}: {shlex.join(shown)}", source="daemon")
@@ -198,7 +197,8 @@ class EngineEffects:
         for task in list(run.tasks):
             task.cancel()
         await asyncio.gather(*run.tasks, return_exceptions=True)
-        await run.client.aclose()
+        await run.upstream.aclose()
+        run.upstream.socket_path.unlink(missing_ok=True)
         self.post(StoppedGroup(run_id, leftovers))
 
     def sleep(self, run_id: int) -> None:
@@ -270,7 +270,7 @@ class EngineEffects:
     # Requests through the proxy -----------------------------------------------------------------------------------
 
     def gate_open(self, run_id: int) -> None:
-        self.gate.open(self.runs[run_id].base_url)
+        self.gate.open(self.runs[run_id].upstream)
 
     def gate_hold(self) -> None:
         self.gate.hold("the engine is not ready (restarting or starting)")
@@ -309,7 +309,8 @@ class EngineEffects:
     def save_active_version(self, version: str | None) -> None:
         self.store.save_active_version(version)
 
-    def engine_url(self, run_id: int) -> str | None:
+    def engine_address(self, run_id: int) -> str | None:
+        """Where a run listens (`unix:<socket>`), for /status."""
         run = self.runs.get(run_id)
-        return run.base_url if run else None
+        return run.upstream.address if run else None
 

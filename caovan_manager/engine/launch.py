@@ -46,7 +46,7 @@ def bundled_root() -> Path:
     return Path(caovan_kernels.__file__).resolve().parent.parent
 
 
-def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
+def build_launch(settings: Settings, target: EngineTarget, socket_path: Path, cwd: Path,
                  site_dir: Path | None) -> LaunchSpec:
     """The engine's argument list (no shell) and environment for one run.
 
@@ -66,11 +66,13 @@ def build_launch(settings: Settings, target: EngineTarget, port: int, cwd: Path,
     # No access log from the engine: every request it serves comes through the daemon's relay, so each line would
     # say only "127.0.0.1 POST /v1/... 200", which /metrics already counts by model, endpoint and status; and
     # reading that line woke the daemon while it relayed the very response (0.15 ms of the hop on the development
-    # machine, docs/benchmarks.md). The daemon's own access log (`access_log`) has the clients' addresses. Host
-    # and port come after the user's arguments: argparse keeps the last, so the engine listens where the daemon chose.
+    # machine, docs/benchmarks.md). The daemon's own access log (`access_log`) has the clients' addresses.
+    # The engine listens on a Unix socket in the daemon's private folder and on no TCP port (vLLM binds only the
+    # socket when --uds is given), so only the daemon reaches it; it comes after the user's arguments: argparse keeps
+    # the last, so the engine listens where the daemon chose.
     command = [sys.executable, "-m", "caovan_kernels.serve", target.model, *target.args,
-               "--host", "127.0.0.1", "--port", str(port), "--disable-uvicorn-access-log"]
-    return LaunchSpec(command=command, env=env, cwd=cwd, port=port)
+               "--uds", str(socket_path), "--disable-uvicorn-access-log"]
+    return LaunchSpec(command=command, env=env, cwd=cwd, socket_path=socket_path)
 
 
 def option_value(args: list[str], option: str) -> str | None:

@@ -37,17 +37,10 @@ class LaunchSpec:
     command: list[str]
     env: dict[str, str]
     cwd: Path
-    port: int
+    socket_path: Path  # the engine's only listener
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def check_port_free(port: int, host: str = "127.0.0.1", what: str = "the engine's port",
-                    fix: str = "set another engine.port (0 picks a free one)") -> None:
+def check_port_free(port: int, host: str, what: str, fix: str) -> None:
     """Raise PortInUse naming the process that listens on host:port, if one does.
 
     With SO_REUSEADDR, as uvicorn and vLLM bind: connections of a process that just died (kill -9, a crash) linger in

@@ -20,7 +20,8 @@ class UnknownModel(LookupError):
     """A request named a model that is not configured; the message lists the ones that are."""
 
     def __init__(self, name: str | None, known: list[str]) -> None:
-        what = f"the model {name!r} is not served here" if name is not None else "the request names no model"
+        # The requested name is not repeated: error bodies carry no text the request controls.
+        what = "the model the request names is not served here" if name is not None else "the request names no model"
         super().__init__(f"{what}; the configured models are: {', '.join(known)} (GET /v1/models lists them)")
         self.name = name
 

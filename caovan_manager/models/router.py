@@ -35,8 +35,12 @@ class ModelRouter:
         try:
             document = json.loads(body)
         except ValueError as exc:  # UnicodeDecodeError is a ValueError too
+            # The decoder's message names a position and the kind of fault, never the body's text.
             raise NoRoute.error(400, f"the request body is not valid JSON ({exc}); the daemon reads its `model` "
                                      f"to choose the engine", "BadRequestError") from None
+        except RecursionError:
+            raise NoRoute.error(400, "the request body is JSON nested too deeply to read; send a flat document",
+                                "BadRequestError") from None
         model = document.get("model") if isinstance(document, dict) else None
         if model is not None and not isinstance(model, str):
             raise NoRoute.error(400, f"`model` must be a string naming one of: {', '.join(self.catalog.names)}",

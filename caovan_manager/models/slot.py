@@ -33,7 +33,8 @@ def log_folder(root: Path, name: str, routed: bool) -> Path:
 class ModelSlot:
     def __init__(self, entry: ModelEntry, settings: Settings, *, routed: bool, store: Store, plugins: PluginStore,
                  masker: Masker, metrics: DaemonMetrics, events: Broadcaster[dict[str, Any]],
-                 run_ids: Callable[[], int], bundled_version: str, plugin: PluginChoice) -> None:
+                 run_ids: Callable[[], int], bundled_version: str, plugin: PluginChoice,
+                 socket_folder: Path) -> None:
         self.entry = entry
         self.name = entry.name
         self.masker = masker
@@ -47,7 +48,7 @@ class ModelSlot:
                             logs.ring_lines, masker, logs.keep_runs, sys.stderr if logs.console else None)
         self.supervisor = Supervisor(self.metrics, events)
         self.effects = EngineEffects(settings, entry.target, self.supervisor.post, self.sink, self.gate, store,
-                                     plugins.site_dir, self.metrics, events, masker)
+                                     plugins.site_dir, self.metrics, events, masker, socket_folder)
         self.supervisor.attach(Machine(self.effects, settings.supervisor, settings.plugins, time.monotonic,
                                        bundled_version=bundled_version, plugin=plugin, run_ids=run_ids,
                                        on_demand=routed,

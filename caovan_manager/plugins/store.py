@@ -33,8 +33,8 @@ class UnknownVersion(PluginStoreError):
 
 def check_version(version: str) -> str:
     if not VERSION_PATTERN.fullmatch(version) or ".." in version:
-        raise PluginStoreError(f"invalid plugin version name {version!r}: use letters, digits and . + _ - only "
-                               f"(like 0.2.0), at most 64 characters")
+        raise PluginStoreError("invalid plugin version name: use letters, digits and . + _ - only "
+                               "(like 0.2.0), at most 64 characters")
     return version
 
 

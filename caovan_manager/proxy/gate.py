@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Literal
 
+from .upstream import Upstream
+
 # idle: the engine is stopped but loads on demand; a request waits as in hold, and asks for the engine first.
 Mode = Literal["open", "hold", "idle", "reject"]
 
@@ -37,7 +39,7 @@ class Gate:
         self.retry_after_s = retry_after_s
         self.mode: Mode = "hold"
         self.reason = "the engine is starting"
-        self.upstream: str | None = None
+        self.upstream: Upstream | None = None
         self.in_flight = 0
         self.waiting = 0
         self._busy = False
@@ -47,7 +49,7 @@ class Gate:
 
     # The supervisor's side --------------------------------------------------------------------------------------------
 
-    def open(self, upstream: str) -> None:
+    def open(self, upstream: Upstream) -> None:
         self._set("open", "", upstream)
 
     def hold(self, reason: str = "the engine is restarting") -> None:
@@ -71,7 +73,7 @@ class Gate:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
         return self.in_flight
 
-    def _set(self, mode: Mode, reason: str, upstream: str | None) -> None:
+    def _set(self, mode: Mode, reason: str, upstream: Upstream | None) -> None:
         self.mode, self.reason, self.upstream = mode, reason, upstream
         # Wake every waiter; each re-checks the new mode.
         self._changed.set()
@@ -83,9 +85,9 @@ class Gate:
         """The latest admission of a request arriving now: one deadline for all of its tries at the gate."""
         return asyncio.get_running_loop().time() + self.queue_wait_s
 
-    async def enter(self, deadline: float) -> str:
+    async def enter(self, deadline: float) -> Upstream:
         """Wait for admission until `deadline` (loop time, from deadline()), or raise Unavailable; returns the
-        engine's URL. Pair with leave()."""
+        engine run's clients. Pair with leave()."""
         try:
             upstream = await self._wait_open(deadline)
         except BaseException:  # refused, timed out, or the client left: maybe none is left
@@ -112,7 +114,7 @@ class Gate:
         return Unavailable(f"{self.reason}; this request waited {self.queue_wait_s:g} s (proxy.queue_wait_s) "
                            f"without the engine becoming ready", self.retry_after_s)
 
-    async def _wait_open(self, deadline: float) -> str:
+    async def _wait_open(self, deadline: float) -> Upstream:
         if self.mode == "open":
             return self.upstream
         if self.mode == "reject":

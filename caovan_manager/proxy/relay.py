@@ -24,13 +24,16 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from caovan_manager.api.security import inference_key_accepted, refusal
 from caovan_manager.config import ProxySettings, SecuritySettings
 from caovan_manager.metrics import DaemonMetrics
 
+from .allowlist import UNMATCHED_LABEL, NotRelayed, match
 from .gate import Unavailable
 from .routes import NoRoute, Route, Router
+from .upstream import BASE_URL
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -43,44 +46,19 @@ DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"tran
                 b"authorization", b"accept-encoding", b"proxy-authorization"}
 DROP_RESPONSE = {b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"content-encoding",
                  b"server", b"date"}
-# aiohttp adds these unless told not to; the client's own, where it sent them, pass through.
-NO_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
-KNOWN_ENDPOINTS = ("chat/completions", "completions", "models", "embeddings", "responses", "tokenize", "detokenize",
-                   "audio", "score", "rerank")
 RECONNECT_PAUSE_S = 0.25
-# vLLM's server closes idle connections after 5 s; dropping ours first avoids sending on one it is closing.
-KEEPALIVE_S = 4.0
-
-
-def endpoint_label(path: str) -> str:
-    """The metrics label of a path below /v1/ (a fixed set, so clients cannot grow the label space)."""
-    for known in KNOWN_ENDPOINTS:
-        if path == known or path.startswith(known + "/"):
-            return "/v1/" + known
-    return "/v1/other"
 
 
 class OpenAIRelay:
-    """The ASGI app behind /v1. `start` (in the running loop) opens its engine connection pool; `aclose` ends it."""
+    """The ASGI app behind /v1. Each engine run brings its own connection pool (caovan_manager.proxy.upstream), which
+    the gate hands out with each admission."""
 
     def __init__(self, proxy: ProxySettings, security: SecuritySettings, metrics: DaemonMetrics) -> None:
         self.proxy, self.security, self.metrics = proxy, security, metrics
         self.router: Router | None = None
-        self.session: aiohttp.ClientSession | None = None
 
     def start(self, router: Router) -> None:
         self.router = router
-        self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S),
-            timeout=aiohttp.ClientTimeout(total=None, connect=self.proxy.connect_timeout_s,
-                                          sock_read=self.proxy.read_timeout_s),
-            # A relay wants no cookie jar (it would carry one user's cookies into everyone's requests) and no
-            # decompression (the bytes pass through).
-            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=False, skip_auto_headers=NO_AUTO_HEADERS)
-
-    async def aclose(self) -> None:
-        if self.session is not None:
-            await self.session.close()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # a WebSocket: vLLM's realtime API is not relayed
@@ -113,7 +91,7 @@ class _Exchange:
     def __init__(self, relay: OpenAIRelay, scope: Scope, receive: Receive, send: Send) -> None:
         self.relay, self.scope, self.receive, self.send = relay, scope, receive, send
         self.path = scope["path"][len("/v1/"):]
-        self.label = endpoint_label(self.path)
+        self.label = UNMATCHED_LABEL
         self.route: Route | None = None
         self.started = time.perf_counter()
         self.status = "499"  # until the engine answers: the client went away first
@@ -134,6 +112,11 @@ class _Exchange:
                 headers[name.decode("latin-1")] = value.decode("latin-1")
         if not inference_key_accepted(self.relay.security, authorization):
             await self.error(401, refusal("the OpenAI API"), "authentication_error", {"WWW-Authenticate": "Bearer"})
+            return False
+        try:
+            self.label = match(self.scope["method"], self.path).label
+        except NotRelayed as exc:
+            await self.error(exc.status, str(exc), "NotFoundError" if exc.status == 404 else "MethodNotAllowed")
             return False
         chunks = []
         while True:
@@ -180,10 +163,13 @@ class _Exchange:
 
     async def connect(self) -> bool:
         """Admission, then the request to the engine up to its response headers; False if answered with an error."""
-        relay, gate = self.relay, self.route.gate
+        gate = self.route.gate
         scope = self.scope
         query = scope["query_string"]
-        target = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        # The path as the client sent it (the front door refused every form another parser could read differently),
+        # passed on byte for byte: aiohttp would otherwise normalise it again.
+        target = scope.get("raw_path", scope["path"].encode()).decode("latin-1") + (
+            "?" + query.decode("latin-1") if query else "")
         loop = asyncio.get_running_loop()
         deadline = gate.deadline()  # one wait for all tries: queued, refused by a dying engine, queued again
         while True:
@@ -194,8 +180,9 @@ class _Exchange:
                 return False
             self.admitted = True
             try:
-                self.response = await relay.session.request(scope["method"], upstream + target, headers=self.headers,
-                                                            data=self.body, allow_redirects=False)
+                self.response = await upstream.relay.request(scope["method"], URL(BASE_URL + target, encoded=True),
+                                                             headers=self.headers, data=self.body,
+                                                             allow_redirects=False)
                 return True
             except aiohttp.ClientConnectorError:
                 # The engine went away between admission and connect; it never saw this request: wait for the next.

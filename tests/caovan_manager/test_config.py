@@ -26,15 +26,20 @@ def test_defaults_bind_localhost_8000():
 
 def test_toml_file_then_environment_then_command_line(tmp_path, monkeypatch):
     config = tmp_path / "caovan.toml"
-    config.write_text('port = 9001\n[engine]\nport = 8100\nargs = ["--max-model-len", "4096"]\n'
+    config.write_text('port = 9001\n[engine]\nomp_num_threads = 3\nargs = ["--max-model-len", "4096"]\n'
                       '[supervisor]\nhang_timeout_s = 15\n')
     assert load_settings(config).port == 9001
     monkeypatch.setenv("CAOVAN_PORT", "9002")
-    monkeypatch.setenv("CAOVAN_ENGINE__PORT", "8200")
+    monkeypatch.setenv("CAOVAN_ENGINE__OMP_NUM_THREADS", "5")
     settings = load_settings(config)
-    assert (settings.port, settings.engine.port, settings.supervisor.hang_timeout_s) == (9002, 8200, 15)
+    assert (settings.port, settings.engine.omp_num_threads, settings.supervisor.hang_timeout_s) == (9002, 5, 15)
     assert settings.engine.args == ["--max-model-len", "4096"]
     assert load_settings(config, port=9003).port == 9003
+
+
+def test_the_old_engine_port_setting_is_refused_with_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="engine.port is gone: the engine now listens on a private Unix socket"):
+        load_settings(state_dir=str(tmp_path), engine={"port": 8001})
 
 
 def test_yaml_file(tmp_path):
@@ -123,10 +128,10 @@ def test_seed_gpu_command_line_goes_through_unchanged(tmp_path):
             "--additional-config", '{"caovan":true,"caovan_mode":"auto","caovan_require_turbo3":true}']
     settings = load_settings(engine={"model": "/models/qwen3.6-27b-awq", "args": seed})
     target = EngineTarget(settings.engine.model, settings.engine.args)
-    spec = build_launch(settings, target, 8123, tmp_path, Path("/store/0.2.0/site"))
+    spec = build_launch(settings, target, Path("/run/caovan-x/run-7.sock"), tmp_path, Path("/store/0.2.0/site"))
     assert spec.command[1:4] == ["-m", "caovan_kernels.serve", "/models/qwen3.6-27b-awq"]
     assert spec.command[4:4 + len(seed)] == seed
-    assert spec.command[-5:] == ["--host", "127.0.0.1", "--port", "8123", "--disable-uvicorn-access-log"]
+    assert spec.command[-3:] == ["--uds", "/run/caovan-x/run-7.sock", "--disable-uvicorn-access-log"]
     assert spec.env["PYTHONPATH"].split(":")[0] == "/store/0.2.0/site"
     assert spec.cwd == tmp_path
 

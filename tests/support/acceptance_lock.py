@@ -25,14 +25,14 @@ class GreedyRun:
 
 
 def greedy_run(engine: Engine, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
-    return greedy_via(f"{engine.base_url}/v1", engine.base_url, model, prompts, max_tokens)
+    return greedy_via(f"{engine.base_url}/v1", f"{engine.base_url}/metrics", model, prompts, max_tokens)
 
 
-def greedy_via(api_url: str, engine_url: str, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
+def greedy_via(api_url: str, metrics_url: str, model: str, prompts: list[str], max_tokens: int) -> GreedyRun:
     """The prompts sent to the OpenAI API at api_url (the engine's own, or a daemon's /v1 in front of it), the
-    draft counters read from the engine at engine_url."""
+    draft counters read from the engine's metrics page at metrics_url (its own, or a daemon's /metrics/engine)."""
     def counters() -> list[float]:
-        sums = metric_sums(httpx.get(f"{engine_url}/metrics", timeout=10).text)
+        sums = metric_sums(httpx.get(metrics_url, timeout=10).text)
         return [sums.get(name, 0.0) for name in SPEC_COUNTERS]
 
     client = openai.OpenAI(base_url=api_url, api_key="unused", timeout=600)

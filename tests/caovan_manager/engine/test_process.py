@@ -36,7 +36,7 @@ time.sleep(300)
 
 
 def spec(tmp_path: Path, code: str) -> LaunchSpec:
-    return LaunchSpec(command=[sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, port=0)
+    return LaunchSpec(command=[sys.executable, "-c", code], env=dict(os.environ), cwd=tmp_path, socket_path=tmp_path / "engine.sock")
 
 
 def run_with_cleanup(tmp_path: Path, scenario) -> None:
@@ -92,11 +92,11 @@ def test_port_in_use_names_the_holder():
         holder.listen()
         port = holder.getsockname()[1]
         with pytest.raises(PortInUse) as err:
-            check_port_free(port)
+            check_port_free(port, "127.0.0.1", "the daemon's port", "choose another with --port")
     message = str(err.value)
     assert f"127.0.0.1:{port} is already in use by pid {os.getpid()}" in message
-    assert "engine.port" in message
-    check_port_free(port)  # free again once closed
+    assert "choose another with --port" in message
+    check_port_free(port, "127.0.0.1", "the daemon's port", "choose another with --port")  # free once closed
 
 
 def test_connections_left_in_time_wait_do_not_make_a_port_busy():
@@ -114,7 +114,7 @@ def test_connections_left_in_time_wait_do_not_make_a_port_busy():
     client.close()
     with socket.socket() as plain, pytest.raises(OSError):
         plain.bind(("127.0.0.1", port))  # the old check's bind: refused while TIME_WAIT lasts
-    check_port_free(port)
+    check_port_free(port, "127.0.0.1", "the daemon's port", "choose another with --port")
 
 
 def test_an_engine_left_by_a_dead_daemon_is_killed_at_the_next_start(tmp_path):

@@ -29,11 +29,12 @@ def test_a_table_routes_by_name_and_alias_and_names_each_engine(tmp_path):
     assert coder.name == "coder" and catalog.lookup("c") is coder
     assert coder.target.args == ["--enforce-eager", "--max-model-len", "8192", "--served-model-name", "coder", "code",
                                  "c"]
-    with pytest.raises(UnknownModel, match="'gpt' is not served here; the configured models are: coder, chat"):
+    with pytest.raises(UnknownModel, match="the model the request names is not served here; the configured models are: "
+                                           "coder, chat"):
         catalog.lookup("gpt")
-    spec = build_launch(settings, coder.target, 8100, tmp_path, None)
+    spec = build_launch(settings, coder.target, tmp_path / "a.sock", tmp_path, None)
     assert spec.env["CUDA_VISIBLE_DEVICES"] == "0" and spec.env["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    chat_spec = build_launch(settings, catalog.get_named("chat").target, 8101, tmp_path, None)
+    chat_spec = build_launch(settings, catalog.get_named("chat").target, tmp_path / "b.sock", tmp_path, None)
     assert "VLLM_LOGGING_LEVEL" not in chat_spec.env or chat_spec.env["VLLM_LOGGING_LEVEL"] != "DEBUG"
 
 
@@ -43,9 +44,10 @@ def test_an_entry_with_sleep_gets_vllms_sleep_mode_and_its_endpoints(tmp_path):
     chat, coder = build_catalog(settings)
     assert chat.sleep and not coder.sleep
     assert chat.target.args == ["--served-model-name", "chat", "--enable-sleep-mode"]
-    assert build_launch(settings, chat.target, 8100, tmp_path, None).env["VLLM_SERVER_DEV_MODE"] == "1"
+    sock = tmp_path / "engine.sock"
+    assert build_launch(settings, chat.target, sock, tmp_path, None).env["VLLM_SERVER_DEV_MODE"] == "1"
     assert "--enable-sleep-mode" not in coder.target.args
-    assert "VLLM_SERVER_DEV_MODE" not in build_launch(settings, coder.target, 8101, tmp_path, None).env
+    assert "VLLM_SERVER_DEV_MODE" not in build_launch(settings, coder.target, sock, tmp_path, None).env
 
 
 @pytest.mark.parametrize("first,second,shared", [

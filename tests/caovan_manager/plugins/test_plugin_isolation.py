@@ -29,7 +29,7 @@ def test_store_version_wins_over_the_installed_one(tmp_path):
     store.add(build_wheel(tmp_path, version))
     settings = load_settings(state_dir=str(tmp_path / "state"))
     site = store.site_dir(version)
-    spec = build_launch(settings, EngineTarget("unused", []), 0, tmp_path / "run", site)
+    spec = build_launch(settings, EngineTarget("unused", []), tmp_path / "run-0.sock", tmp_path / "run", site)
     (tmp_path / "run").mkdir()
     # the same interpreter and environment the engine gets, from its working directory
     out = subprocess.run([spec.command[0], "-c", PROBE], env=spec.env, cwd=spec.cwd, capture_output=True, text=True,
@@ -38,7 +38,7 @@ def test_store_version_wins_over_the_installed_one(tmp_path):
     assert seen["version"] == version and seen["dist"] == version and seen["entry_points"] == 1
     assert seen["file"].startswith(str(site)) and seen["plugin_file"].startswith(str(site))
 
-    bundled = build_launch(settings, EngineTarget("unused", []), 0, tmp_path / "run", None)
+    bundled = build_launch(settings, EngineTarget("unused", []), tmp_path / "run-0.sock", tmp_path / "run", None)
     out = subprocess.run([bundled.command[0], "-c", PROBE], env=bundled.env, cwd=bundled.cwd, capture_output=True,
                          text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1])["version"] == caovan_kernels.__version__

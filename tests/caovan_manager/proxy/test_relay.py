@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import aiohttp.web
 import httpx
 import pytest
 
+from caovan_manager.proxy.upstream import Upstream, open_upstream
 from tests.support.served import ServedDaemon, served_daemon
 
 
@@ -32,11 +34,11 @@ class SilentEngine:
         self.closed_by_peer += 1
         writer.close()
 
-    def start(self, served: ServedDaemon) -> str:
-        async def listen() -> str:
-            server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
-            return f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-        return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+    def start(self, served: ServedDaemon, socket_path: Path) -> Upstream:
+        async def listen() -> None:
+            await asyncio.start_unix_server(self.handle, str(socket_path))
+        asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+        return upstream_at(served, socket_path)
 
 
 class PacedEngine:
@@ -61,16 +63,20 @@ class PacedEngine:
         await response.write_eof()
         return response
 
-    def start(self, served: ServedDaemon) -> str:
-        async def listen() -> str:
+    def start(self, served: ServedDaemon, socket_path: Path) -> Upstream:
+        async def listen() -> None:
             app = aiohttp.web.Application()
             app.router.add_post("/v1/chat/completions", self.handle)
             runner = aiohttp.web.AppRunner(app)
             await runner.setup()
-            site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            return f"http://127.0.0.1:{runner.addresses[0][1]}"
-        return asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+            await aiohttp.web.UnixSite(runner, str(socket_path)).start()
+        asyncio.run_coroutine_threadsafe(listen(), served.loop).result(10)
+        return upstream_at(served, socket_path)
+
+
+def upstream_at(served: ServedDaemon, socket_path: Path) -> Upstream:
+    """The clients of an engine run listening at socket_path, made in the daemon's loop as its effects make them."""
+    return served.call(open_upstream, socket_path, served.daemon.settings.proxy, {})
 
 
 CHAT = {"model": "caovan-demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
@@ -79,7 +85,7 @@ CHAT = {"model": "caovan-demo", "messages": [{"role": "user", "content": "hi"}],
 def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
     with served_daemon(tmp_path, proxy={"read_timeout_s": 0.5}) as served:
         engine = SilentEngine()
-        upstream = engine.start(served)
+        upstream = engine.start(served, tmp_path / "silent.sock")
         served.call(served.daemon.gate.open, upstream)
         started = time.monotonic()
         response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
@@ -98,7 +104,7 @@ def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
 def test_a_stream_is_relayed_event_by_event_as_the_engine_sends_it(tmp_path):
     with served_daemon(tmp_path) as served:
         engine = PacedEngine()
-        served.call(served.daemon.gate.open, engine.start(served))
+        served.call(served.daemon.gate.open, engine.start(served, tmp_path / "paced.sock"))
         received: list[bytes] = []
         with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={**CHAT, "stream": True},
                           timeout=httpx.Timeout(30, read=5)) as response:
@@ -131,13 +137,9 @@ def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
         assert served.requests_counted("499") == 2 and served.requests_counted("503") == 0
 
 
-def dead_port() -> str:
-    """The URL of a port nothing listens on: what the relay meets when the engine died under it."""
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+def dead_engine(served: ServedDaemon, tmp_path: Path) -> Upstream:
+    """The clients of a socket nothing listens on: what the relay meets when the engine died under it."""
+    return upstream_at(served, tmp_path / "dead.sock")
 
 
 def timed_post(served: ServedDaemon) -> tuple[httpx.Response, float]:
@@ -150,7 +152,7 @@ def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_al
     # The engine just crashed: the gate is still open on its dead port until the supervisor notices and holds.
     with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
         gate = served.daemon.gate
-        served.call(gate.open, dead_port())
+        served.call(gate.open, dead_engine(served, tmp_path))
         served.call(lambda: served.loop.call_later(0.5, gate.hold, "the engine is restarting (test)"))
         response, waited = timed_post(served)
         assert response.status_code == 503, response.text
@@ -163,7 +165,7 @@ def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_
     with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
         gate = served.daemon.gate
         served.call(gate.hold, "the engine is restarting (test)")
-        upstream = dead_port()
+        upstream = dead_engine(served, tmp_path)
 
         def restart_that_fails() -> None:
             served.loop.call_later(0.4, gate.open, upstream)
