@@ -203,27 +203,9 @@ function onSample(event) {
   }
 }
 
-// The samples of the last minutes survive a reload of the page (the daemon sends only new ones).
-const SAMPLES_STORE = "caovan.samples";
-
-function remembered() {
-  try {
-    const cutoff = Date.now() / 1000 - WINDOW_S;
-    return JSON.parse(localStorage.getItem(SAMPLES_STORE) ?? "[]").filter((e) => e.time >= cutoff);
-  } catch {
-    return [];
-  }
-}
-
-function remember(event) {
-  try {
-    localStorage.setItem(SAMPLES_STORE, JSON.stringify([...remembered(), event]));
-  } catch {
-    // Storage full or disabled: the charts still work, they only start empty after a reload.
-  }
-}
-
 // The daemon's event stream ----------------------------------------------------------------------------------------
+
+let newestEvent = 0;  // the time of the newest event drawn
 
 function connectEvents() {
   const source = new EventSource("/events");
@@ -240,7 +222,12 @@ function connectEvents() {
     const event = JSON.parse(message.data);
     if (event.type === "status") {
       renderStatus(event);
-    } else if (event.type === "state") {
+      return;
+    }
+    // Each (re)connection starts with the daemon's last ten minutes: draw each event once.
+    if (event.time <= newestEvent) return;
+    newestEvent = event.time;
+    if (event.type === "state") {
       const named = (status?.models?.length ?? 0) > 1 ? `${event.model} ` : "";
       stateChanges.push({ at: event.time, kind: "state", text: `${named}${event.state}: ${event.reason ?? ""}` });
       if (status && isPrimary(event.model)) {
@@ -257,7 +244,6 @@ function connectEvents() {
       if (!isPrimary(event.model)) return;  // one line per chart: the primary model's engine
       if (event.kind === "throughput" || event.kind === "spec_decode") {
         onSample(event);
-        remember(event);
       } else {
         scheduleStatus();  // markers, engine config and fatal lines change /status
       }
@@ -551,7 +537,6 @@ async function refreshDoctor(rerun) {
 
 // Start ------------------------------------------------------------------------------------------------------------
 
-remembered().forEach(onSample);
 connectEvents();
 connectLog();
 setupAdmin();

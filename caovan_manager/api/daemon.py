@@ -36,6 +36,7 @@ from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.machine import Machine, PluginChoice
 from caovan_manager.supervisor.messages import StartCommand, State, StopCommand
+from caovan_manager.supervisor.recent import RecentEvents
 
 logger = logging.getLogger("caovan.daemon")
 
@@ -55,7 +56,8 @@ class Daemon:
         self.plugins = PluginStore(settings.plugin_store_dir)
         self.masker = Masker(settings.secrets())
         self.metrics = DaemonMetrics()
-        self.events: Broadcaster[dict[str, Any]] = Broadcaster()
+        self.recent_events = RecentEvents()  # sent to each new /events subscriber first
+        self.events: Broadcaster[dict[str, Any]] = Broadcaster(record=self.recent_events.record)
         self.relay = OpenAIRelay(settings.proxy, settings.security, self.metrics)
         self.socket_folder: Path | None = None  # the engines' private Unix sockets (caovan_manager.proxy.upstream)
         self.catalog: Catalog | None = None

@@ -40,12 +40,13 @@ async def logs(request: Request, tail: int = Query(200, ge=0, le=100_000), model
 async def logs_stream(request: Request, tail: int = Query(50, ge=0, le=10_000),
                       model: str | None = MODEL) -> StreamingResponse:
     sink = model_sink(request, model)
-    return sse_response(sink.live, sink.tail(tail))
+    return sse_response(sink.live, lambda: sink.tail(tail))
 
 
-@router.get("/events", summary="State changes, samples, markers and activations as server-sent events",
+@router.get("/events", summary="State changes, samples, markers and activations as server-sent events: first the "
+                               "status, then the last ten minutes of samples and changes, then live",
             response_class=StreamingResponse, responses={200: EVENT_STREAM})
 async def events(request: Request) -> StreamingResponse:
     daemon = request.app.state.daemon
-    first = {"type": "status", **status_document(daemon)}
-    return sse_response(daemon.events, [first])
+    return sse_response(daemon.events, lambda: [{"type": "status", **status_document(daemon)},
+                                                *daemon.recent_events.items()])

@@ -141,6 +141,7 @@ class ModelState(Strict):
     state_seconds: float
     run_id: int | None
     pid: int | None
+    address: str | None  # `unix:<socket>`, the engine's only listener
     ready_s: float | None
     ttl_s: float
     preload: bool

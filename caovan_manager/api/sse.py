@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 from fastapi.responses import StreamingResponse
@@ -19,10 +19,11 @@ def encode(item: dict[str, Any], event: str | None = None) -> bytes:
     return f"{head}data: {json.dumps(item, separators=(',', ':'), default=str)}\n\n".encode()
 
 
-async def _stream(source: Broadcaster[dict[str, Any]], first: Iterable[dict[str, Any]], event: str | None
-                  ) -> AsyncIterator[bytes]:
+async def _stream(source: Broadcaster[dict[str, Any]], first: Callable[[], Iterable[dict[str, Any]]],
+                  event: str | None) -> AsyncIterator[bytes]:
     async with source.subscribe() as queue:
-        for item in first:
+        # Taken once subscribed, with no await in between: no item is missed between the two, none sent twice.
+        for item in list(first()):
             yield encode(item, event)
         while True:
             try:
@@ -33,7 +34,8 @@ async def _stream(source: Broadcaster[dict[str, Any]], first: Iterable[dict[str,
             yield encode(item, event)
 
 
-def sse_response(source: Broadcaster[dict[str, Any]], first: Iterable[dict[str, Any]] = (),
+def sse_response(source: Broadcaster[dict[str, Any]], first: Callable[[], Iterable[dict[str, Any]]] = tuple,
                  event: str | None = None) -> StreamingResponse:
-    return StreamingResponse(_stream(source, list(first), event), media_type="text/event-stream",
+    """`first`: what the subscriber gets before the live items, read as it subscribes."""
+    return StreamingResponse(_stream(source, first, event), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

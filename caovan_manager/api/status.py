@@ -82,6 +82,7 @@ def model_documents(daemon: Daemon) -> list[dict[str, Any]]:
             "model": entry.target.model, "state": m.state.value, "reason": m.reason,
             "state_seconds": round(now - m.state_since, 1),
             "run_id": m.run.run_id if m.run else None, "pid": m.run.pid if m.run else None,
+            "address": slot.effects.engine_address(m.run.run_id) if m.run else None,
             "ready_s": None if not m.run or m.run.ready_at is None else round(m.run.ready_at - m.run.started_at, 1),
             "ttl_s": entry.ttl_s, "preload": entry.preload,
             "last_used": None if placed.last_request is None else round(time.time() - (now - placed.last_request), 1),

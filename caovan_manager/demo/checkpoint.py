@@ -42,12 +42,19 @@ def checkpoint_tensors(model: Qwen3NextForCausalLM, mtp: MtpHead) -> dict[str, t
     return {k: v.detach().to(torch.bfloat16).contiguous() for k, v in sorted(out.items())}
 
 
+def write_generation_config(out_dir: Path, eos_token_id: int, pad_token_id: int) -> None:
+    """The demo's default sampling, in the keys vLLM reads from generation_config.json (temperature, top_p, top_k,
+    min_p, penalties, max_new_tokens; not transformers' do_sample): greedy. A request that leaves sampling at its
+    default gets the recital, whatever its client; and vLLM's CPU build, which has no Triton backend for its
+    speculative-decoding sampler, samples correctly only greedily (README, "The embedded default")."""
+    generation = {"eos_token_id": eos_token_id, "pad_token_id": pad_token_id, "temperature": 0.0}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+
+
 def write_checkpoint(model: Qwen3NextForCausalLM, mtp: MtpHead, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(checkpoint_tensors(model, mtp), str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     config = model.config.to_dict()
     config["dtype"] = "bfloat16"
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    generation = {"eos_token_id": model.config.eos_token_id, "pad_token_id": model.config.pad_token_id,
-                  "do_sample": False}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_generation_config(out_dir, model.config.eos_token_id, model.config.pad_token_id)

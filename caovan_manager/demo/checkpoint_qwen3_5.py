@@ -15,7 +15,7 @@ from transformers import Qwen3_5Config
 
 from . import awq
 from .architecture_qwen3_5 import Qwen35Demo, build_models
-from .checkpoint import mtp_checkpoint_name
+from .checkpoint import mtp_checkpoint_name, write_generation_config
 
 WEIGHTS = "model.safetensors"
 DTYPE = torch.bfloat16
@@ -71,8 +71,7 @@ def write_checkpoint(demo: Qwen35Demo, out_dir: Path, tensors: dict[str, torch.T
         config["quantization_config"] = quantization_config
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     text = demo.config.text_config
-    generation = {"eos_token_id": text.eos_token_id, "pad_token_id": text.pad_token_id, "do_sample": False}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    write_generation_config(out_dir, text.eos_token_id, text.pad_token_id)
     for name, content in PROCESSOR_FILES.items():
         (out_dir / name).write_text(json.dumps(content, indent=2) + "\n")
 

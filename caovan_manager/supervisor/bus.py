@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -14,11 +14,15 @@ class Broadcaster(Generic[T]):
     """Each subscriber gets its own bounded queue; a subscriber too slow to keep up loses its oldest items, never
     slows the publisher down."""
 
-    def __init__(self, queue_size: int = 1000) -> None:
+    def __init__(self, queue_size: int = 1000, record: Callable[[T], None] | None = None) -> None:
+        """record: also told of every item (the recent past that new subscribers are sent first)."""
         self._queues: set[asyncio.Queue[T]] = set()
         self._queue_size = queue_size
+        self._record = record
 
     def publish(self, item: T) -> None:
+        if self._record is not None:
+            self._record(item)
         for queue in self._queues:
             if queue.full():
                 queue.get_nowait()

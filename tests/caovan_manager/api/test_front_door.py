@@ -14,22 +14,10 @@ from caovan_manager.api.door import TargetRefused, check_target, origin_matches
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget
 from caovan_manager.proxy.allowlist import RELAYED, NotRelayed, match
+from tests.support.door_attacks import ENGINE_ROUTES, TWO_READINGS
 from tests.support.raw_http import raw_request
 from tests.support.served import served_daemon
 
-# Every form of "a path another parser reads differently" the door refuses; each is sent raw.
-TWO_READINGS = [
-    "/v1/../metrics", "/v1/../version", "/v1/../openapi.json", "/v1/../tokenize", "/v1/../invocations",
-    "/v1/./models", "/v1/models/..", "/v1/%2e%2e/metrics", "/v1/%2E%2E/metrics", "/v1/%2E./version", "/v1/.%2e/health",
-    "/v1/..%2fmetrics", "/v1/..%2Fmetrics", "/v1%2f..%2fmetrics", "/v1/%252e%252e/metrics", "/v1\\..\\metrics",
-    "/v1/..%5cmetrics", "/v1//models", "//v1/models", "/v1/models%00", "/v1/models%0d%0aX-Injected:%201",
-    "/status/../v1/models", "/../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/web/..%2f..%2fpyproject.toml",
-]
-ENGINE_ROUTES = ["metrics", "version", "health", "ping", "load", "docs", "openapi.json", "invocations", "pooling",
-                 "classify", "scale_elastic_ep", "tokenize", "detokenize", "server_info", "collective_rpc", "pause",
-                 "resume", "is_paused", "sleep", "wake_up", "is_sleeping", "reset_prefix_cache", "start_profile",
-                 "load_lora_adapter", "unload_lora_adapter", "chat/completions/render", "completions/render",
-                 "chat/completions/batch", "update_weights"]
 ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate")]
 
 

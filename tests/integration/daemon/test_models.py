@@ -25,6 +25,7 @@ from tests.web.browser import INSTALL_HINT, admin_model, chromium, console_error
 
 from .conftest import ADMIN_KEY, INFERENCE_KEY, REPO, engine_group_members, start_daemon, stop_daemon
 from .load import StreamingLoad
+from tests.support.door_attacks import DEVELOPER_ROUTES, assert_engine_unreachable
 
 pytestmark = pytest.mark.engine
 
@@ -128,6 +129,12 @@ def test_interleaved_streams_for_two_models_on_one_gpu_swap_twice_and_lose_nothi
             load_a.stop()
             load_b.wait_for_ok(4, 480)
             b_first = min(o.ended for o in load_b.result.ok)
+            # b runs with vLLM's developer routes on (VLLM_SERVER_DEV_MODE=1, which sleep mode needs): none of them
+            # may be reached through the daemon, nor by another local user (the front door; here, where b runs).
+            b = models(fleet)["b"]
+            outcomes = assert_engine_unreachable(fleet.port, b["pid"], b["address"][len("unix:"):], DEVELOPER_ROUTES,
+                                                 INFERENCE_KEY)
+            print(f"b's developer routes through the daemon, by status: {outcomes}")
             with StreamingLoad(fleet.url, INFERENCE_KEY, concurrency=2, model="a") as load_a2:
                 wait_queued(fleet, "a", 2, holding={"b": "ready", "a": "stopped"})
                 load_b.stop()
