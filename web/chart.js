@@ -29,6 +29,7 @@ export class LineChart {
     const oldest = time - this.windowS * 2;
     while (points.length && points[0][0] < oldest) points.shift();
     this.canvas.dataset.points = String(this.pointCount());
+    this.canvas.dataset.newest = String(Math.max(Number(this.canvas.dataset.newest ?? 0), time));
     this.renderLegend();
     this.draw();
   }
