@@ -59,6 +59,10 @@ def build_launch(settings: Settings, target: EngineTarget, socket_path: Path, cw
     if target.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in target.gpus)
     env.update(target.env_overrides)
+    # vLLM's processes talk over ZeroMQ sockets created under VLLM_RPC_BASE_PATH (default: the shared temporary
+    # folder, permissions from the umask, never removed): in the daemon's private folder only its user reaches them,
+    # and they go with the folder.
+    env.setdefault("VLLM_RPC_BASE_PATH", str(socket_path.parent))
     paths = ([str(site_dir)] if site_dir else []) + [str(bundled_root())]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])

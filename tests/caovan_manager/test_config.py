@@ -132,6 +132,7 @@ def test_seed_gpu_command_line_goes_through_unchanged(tmp_path):
     assert spec.command[1:4] == ["-m", "caovan_kernels.serve", "/models/qwen3.6-27b-awq"]
     assert spec.command[4:4 + len(seed)] == seed
     assert spec.command[-3:] == ["--uds", "/run/caovan-x/run-7.sock", "--disable-uvicorn-access-log"]
+    assert spec.env["VLLM_RPC_BASE_PATH"] == "/run/caovan-x"  # vLLM's own IPC sockets beside it, private too
     assert spec.env["PYTHONPATH"].split(":")[0] == "/store/0.2.0/site"
     assert spec.cwd == tmp_path
 

@@ -37,7 +37,8 @@ DEVELOPER_ROUTES = ["server_info", "collective_rpc", "pause", "resume", "sleep",
 def assert_engine_unreachable(port: int, engine_pid: int, socket_path: str, routes: list[str],
                               inference_key: str) -> dict[str, int]:
     """No spelling of any of `routes` reaches the engine through the daemon (port), the engine's API server listens
-    on no TCP port, no TCP listener of its process group answers HTTP, and another local user cannot open its
+    on no TCP port, no TCP listener of its process group answers HTTP, vLLM's own IPC sockets lie in the private
+    folder beside the engine's socket, and another local user cannot open its
     socket. Returns counts per outcome, for the closing note."""
     outcomes: dict[str, int] = {}
     headers = {"Authorization": f"Bearer {inference_key}", "Content-Type": "application/json"}
@@ -60,6 +61,10 @@ def assert_engine_unreachable(port: int, engine_pid: int, socket_path: str, rout
             if conn.status == psutil.CONN_LISTEN:
                 assert not answers_http(conn.laddr.ip, conn.laddr.port), (member.name(), conn.laddr)
     folder = Path(socket_path).parent
+    for member in [api_server, *api_server.children(recursive=True)]:  # vLLM's own IPC sockets: in the folder too
+        for conn in member.net_connections(kind="unix"):
+            bound = conn.laddr if isinstance(conn.laddr, str) else ""
+            assert not bound.startswith("/") or Path(bound).parent == folder, (member.name(), bound)
     assert (folder.stat().st_mode & 0o777) == 0o700 and folder.stat().st_uid == os.getuid(), oct(folder.stat().st_mode)
     # Another local user (nobody) tries to open the engine's socket and to send it a developer call.
     attempt = subprocess.run(
