@@ -113,7 +113,7 @@ def main() -> int:
             else:
                 run_id = status["engine"]["run_id"]
                 restart_at = time.monotonic()
-                httpx.post(f"{url}/restart", timeout=30).raise_for_status()
+                httpx.post(f"{url}/restart", json={}, timeout=30).raise_for_status()
                 status = wait_state(url, "ready", 600, not_before=run_id)
                 lines.append(f"- POST /restart to ready again: {time.monotonic() - restart_at:.0f} s; old engine's "
                              f"processes on the GPU afterwards: {'; '.join(gpu_holders(pids)) or 'none'}; "
