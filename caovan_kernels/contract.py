@@ -225,6 +225,10 @@ def read_marker(message: str) -> tuple[Marker, dict[str, Any]] | None:
 
 DECISIONS_PREFIX = "caovan-vllm-serve decisions: "
 DECISIONS_KIND = "launch_decisions"
+# A decision the daemon acts on: the engine decodes greedily only (its value), with the reason. The daemon refuses the
+# requests that would sample rather than relay them (caovan_manager.proxy.sampling).
+SAMPLING_DECISION = "sampling"
+GREEDY_ONLY = "greedy only"
 
 
 def decisions_line(decisions: Sequence[tuple[str, str, str]], command: Sequence[str], profile: bool) -> str:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caovan_kernels.contract import MTP_DEFAULT, SLEEP_MODE_FLAG
+from caovan_kernels.contract import GREEDY_ONLY, MTP_DEFAULT, SAMPLING_DECISION, SLEEP_MODE_FLAG
 
 from . import memory as mem
 from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
@@ -138,7 +138,22 @@ def _plan_cpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
         b.decide("prefix-caching", "--no-enable-prefix-caching", None,
                  "prefix caching with MTP on CPU reaches a Triton-only kernel (precopy_mamba_align_fused_kernel) "
                  "and crashes")
+    if not triton_runs_on_cpu():
+        b.note(SAMPLING_DECISION, GREEDY_ONLY,
+               "speculative decoding's sampler is Triton code, which vLLM's CPU build runs only with a Triton CPU "
+               "backend (none installed; PyPI has none): requests that sample would get wrong tokens and top_k "
+               "stops the engine, so the daemon refuses temperature > 0; greedy requests are exact")
     return "CPU"
+
+
+def triton_runs_on_cpu() -> bool:
+    """Whether the installed Triton has a CPU backend (the triton-cpu fork), as vLLM's CPU build asks of it."""
+    try:  # here, not at the top: only the CPU plan needs Triton, and importing it costs a second
+
+        from triton.backends import backends
+    except ImportError:
+        return False
+    return "cpu" in backends
 
 
 # ---------------------------------------------------------------------------------------------------------- GPU

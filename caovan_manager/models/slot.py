@@ -17,6 +17,7 @@ from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.routes import Route
+from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.bus import Broadcaster
@@ -53,11 +54,15 @@ class ModelSlot:
                                        bundled_version=bundled_version, plugin=plugin, run_ids=run_ids,
                                        on_demand=routed,
                                        start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start"))
-        self.route = Route(entry.name, self.gate, self.effects.engine_headers)
+        self.route = Route(entry.name, self.gate, self.effects.engine_headers, self._greedy_only)
 
     @property
     def machine(self) -> Machine:
         return self.supervisor.machine
+
+    def _greedy_only(self) -> str | None:
+        launch = self.machine.run.launch if self.machine.run else None
+        return greedy_only_reason(launch.decisions) if launch else None
 
     def launch_command(self) -> list[str]:
         run = self.machine.run

@@ -33,6 +33,7 @@ from caovan_manager.metrics import DaemonMetrics
 from .allowlist import UNMATCHED_LABEL, NotRelayed, match
 from .gate import Unavailable
 from .routes import NoRoute, Route, Router
+from .sampling import sampling_refusal
 from .upstream import BASE_URL
 
 Scope = MutableMapping[str, Any]
@@ -179,6 +180,10 @@ class _Exchange:
                 await self.error(503, exc.reason, "engine_unavailable", {"Retry-After": str(exc.retry_after_s)})
                 return False
             self.admitted = True
+            refused = self._sampling_refusal()
+            if refused is not None:
+                await self.error(400, refused, "BadRequestError")
+                return False
             try:
                 self.response = await upstream.relay.request(scope["method"], URL(BASE_URL + target, encoded=True),
                                                              headers=self.headers, data=self.body,
@@ -198,6 +203,11 @@ class _Exchange:
             except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
                 await self.error(502, _failure(exc), "engine_error")
                 return False
+
+    def _sampling_refusal(self) -> str | None:
+        """Checked once admitted: only then is the engine's launch (and so what it can decode) known."""
+        greedy_only = self.route.greedy_only()
+        return None if greedy_only is None else sampling_refusal(self.label, self.body, greedy_only)
 
     async def stream(self, response: aiohttp.ClientResponse, headers: list[tuple[bytes, bytes]]) -> None:
         send = self.send

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -13,6 +14,8 @@ class Route:
     model: str  # the configured name: the metrics label
     gate: Gate
     engine_headers: dict[str, str]  # the engine's own --api-key, if it has one
+    # Why the running engine decodes greedily only (caovan_manager.proxy.sampling), or None; read once admitted.
+    greedy_only: Callable[[], str | None] = lambda: None
 
 
 class NoRoute(Exception):

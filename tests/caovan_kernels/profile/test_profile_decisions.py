@@ -159,6 +159,20 @@ def test_demo_model_on_cpu(demo_model_dir, installed_vllm):
     assert p.env == {} and p.memory == {}
 
 
+def test_on_cpu_without_a_triton_cpu_backend_the_engine_decodes_greedily_only(demo_model_dir, installed_vllm,
+                                                                              monkeypatch):
+    from caovan_kernels.contract import GREEDY_ONLY, SAMPLING_DECISION
+    from caovan_kernels.profile import planner
+
+    # The installed Triton (PyPI's) has no CPU backend: vLLM's CPU build disables its Triton kernels.
+    assert not planner.triton_runs_on_cpu()
+    p = build_profile(demo_model_dir, [], "cpu", installed_vllm)
+    assert p.decision(SAMPLING_DECISION).value == GREEDY_ONLY
+    assert "Triton CPU backend" in p.decision(SAMPLING_DECISION).reason
+    monkeypatch.setattr(planner, "triton_runs_on_cpu", lambda: True)  # a triton-cpu build: sampling works
+    assert SAMPLING_DECISION not in {d.name for d in build_profile(demo_model_dir, [], "cpu", installed_vllm).decisions}
+
+
 def test_pinned_switch_wins_over_its_negation(demo_model_dir, installed_vllm):
     p = build_profile(demo_model_dir, ["--enable-prefix-caching"], "cpu", installed_vllm)
     assert "--no-enable-prefix-caching" not in p.args and p.args.count("--enable-prefix-caching") == 1

@@ -5,6 +5,8 @@ against the models table's sleep entry (test_models.py, which calls `assert_engi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support.door_attacks import DEVELOPER_ROUTES, ENGINE_ROUTES, TWO_READINGS, assert_engine_unreachable
@@ -48,3 +50,22 @@ def test_cross_site_posts_do_not_act_and_the_admin_key_still_does(daemon: Daemon
     # A wrong key in the dashboard's own form of the call: the key check answers, not the door.
     own = {"Origin": daemon.url, "Content-Type": "application/json", "Authorization": "Bearer wrong"}
     assert raw_request(daemon.port, "POST", "/restart", own, b"{}").status == 401
+
+
+def test_requests_that_would_sample_are_refused_by_the_cpu_engine_and_greedy_ones_served(daemon: DaemonProcess):
+    """vLLM's CPU build cannot run speculative decoding's sampler (README, The embedded default): a request with a
+    temperature would get noise, and top_k stops the engine for everyone. The daemon refuses them with the reason
+    from the launch decisions; the engine keeps serving."""
+    run_before = daemon.status()["engine"]["run_id"]
+    decisions = {d["name"]: d for d in daemon.status()["launch"]["decisions"]}
+    assert decisions["sampling"]["value"] == "greedy only", decisions
+    chat = {"model": "caovan-demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
+    for sampling in ({"temperature": 0.7}, {"temperature": 1.0, "top_k": 20}, {"temperature": 0.8, "top_p": 0.9}):
+        response = raw_request(daemon.port, "POST", "/v1/chat/completions", inference(),
+                               json.dumps({**chat, **sampling}).encode())
+        assert response.status == 400, (sampling, response.status, response.text[:300])
+        assert "decodes greedily only" in response.json()["error"]["message"]
+    served = raw_request(daemon.port, "POST", "/v1/chat/completions", inference(), json.dumps(chat).encode())
+    assert served.status == 200 and served.json()["choices"][0]["message"]["content"].startswith("Sure here is")
+    status = daemon.status()
+    assert status["state"] == "ready" and status["engine"]["run_id"] == run_before
