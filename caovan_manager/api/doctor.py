@@ -40,7 +40,9 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
         return {"source": "daemon", "note": f"{DOCTOR_COMMAND} is not installed; these are the daemon's own checks",
                 "checks": daemon_checks(daemon)}
     site = daemon.plugins.site_dir(daemon.machine.active_version)
-    spec = build_launch(daemon.settings, daemon.target, 0, daemon.settings.state_dir / "run", site)
+    # The engine's environment as a run of it would have it (the socket is named, never opened).
+    spec = build_launch(daemon.settings, daemon.target, daemon.socket_folder / "doctor.sock",
+                        daemon.settings.state_dir / "run", site)
     spec.cwd.mkdir(parents=True, exist_ok=True)  # the engine's run folder: absent until its first start
     process = await asyncio.create_subprocess_exec(
         executable, "--json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=spec.env,
