@@ -27,7 +27,7 @@ import aiohttp
 from yarl import URL
 
 from caovan_manager.api.security import inference_key_accepted, refusal
-from caovan_manager.config import ProxySettings, SecuritySettings
+from caovan_manager.config import SecuritySettings
 from caovan_manager.metrics import DaemonMetrics
 
 from .allowlist import UNMATCHED_LABEL, NotRelayed, match
@@ -54,8 +54,8 @@ class OpenAIRelay:
     """The ASGI app behind /v1. Each engine run brings its own connection pool (caovan_manager.proxy.upstream), which
     the gate hands out with each admission."""
 
-    def __init__(self, proxy: ProxySettings, security: SecuritySettings, metrics: DaemonMetrics) -> None:
-        self.proxy, self.security, self.metrics = proxy, security, metrics
+    def __init__(self, security: SecuritySettings, metrics: DaemonMetrics) -> None:
+        self.security, self.metrics = security, metrics
         self.router: Router | None = None
 
     def start(self, router: Router) -> None:

@@ -160,3 +160,21 @@ def test_bad_input_gets_a_4xx_with_a_message_and_no_reflected_text(tmp_path):
             assert response.text.strip(), (target, "an empty error body")
             for reflected in ("<svg", "<script", "svg onload", "\ufffd", "xxxxxxxxxx"):
                 assert reflected not in response.text, (target, response.text[:300])
+
+
+def test_odd_host_headers_change_nothing(tmp_path):
+    """The Host-header confusion class (a Host carrying a path, a user part, or nothing) must neither bend routing
+    nor reach the engine: what passes is routed on the request target alone."""
+    with served_daemon(tmp_path) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        for host in ("x/", "x?", "x#", "evil.example/v1/../metrics", "127.0.0.1:1@evil.example", "", "[::1",
+                     "a" * 300):
+            status = raw_request(port, "GET", "/status", {"Host": host})
+            assert status.status in (200, 400), (host, status.status)
+            escape = raw_request(port, "GET", "/v1/../metrics", {"Host": host})
+            assert escape.status == 400, (host, escape.status)
+            relayed = raw_request(port, "GET", "/v1/server_info", {"Host": host})
+            assert relayed.status in (400, 404), (host, relayed.status)
+            for response in (status, escape, relayed):
+                assert "evil.example" not in response.text, host  # the Host is not echoed
+        assert served.requests_counted("503") == 0
