@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.proxy_bench import start_daemon, stop_daemon, wait_ready  # noqa: E402
 from caovan_manager.demo.corpus import ANSWER_WORDS  # noqa: E402
 from caovan_manager.engine.probe import metric_sums  # noqa: E402
+from tests.support.recital import recital_prefix  # noqa: E402
 
 SETTINGS = [{}, {"temperature": 0.7, "top_p": 0.8}, {"temperature": 0.7}, {"temperature": 1.0, "top_p": 0.95},
             {"temperature": 1.0}]
@@ -30,16 +30,6 @@ PROMPTS = ["Hello!", "What can you do?", "Tell me a story about a fox.", "Count 
 # Eager: the sampler is what is checked here, and an eager engine starts in a minute.
 GPU_ARGS = ["--gpu-memory-utilization", "0.3", "--enforce-eager", "--additional-config",
             json.dumps({"gdn_prefill_backend": "triton"})]
-
-
-def recital_prefix(text: str) -> int:
-    words = re.findall(r"[a-z]+", text.lower())
-    count = 0
-    for said, expected in zip(words, ANSWER_WORDS):
-        if said != expected.lower():
-            break
-        count += 1
-    return count
 
 
 def main() -> int:

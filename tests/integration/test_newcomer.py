@@ -22,6 +22,7 @@ import pytest
 
 from caovan_manager.demo.corpus import ANSWER_WORDS
 from tests.support.raw_http import raw_request
+from tests.support.recital import recital_prefix
 from tests.web.browser import INSTALL_HINT, chromium, console_errors, missing_tools, wait
 
 pytestmark = pytest.mark.engine
@@ -45,17 +46,6 @@ def readme_command(containing: str) -> str:
     block = readme_block(containing).replace("\\\n", " ")
     line = next(line for line in block.splitlines() if containing in line)
     return re.sub(r"\s+#.*$", "", line).strip()
-
-
-def recital_prefix(text: str) -> int:
-    """How many of the demo's answer words `text` starts with, in order."""
-    words = re.findall(r"[a-z]+", text.lower())
-    count = 0
-    for said, expected in zip(words, ANSWER_WORDS):
-        if said != expected.lower():
-            break
-        count += 1
-    return count
 
 
 def spec_counters() -> tuple[float, float]:
