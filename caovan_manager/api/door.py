@@ -35,7 +35,7 @@ OPENAI_PREFIX = "/v1/"
 # Percent-encoded '.', '/', '\' and '%' (so nothing decodes to one later), and any control byte.
 _ENCODED = re.compile(rb"%(2e|2f|5c|25|[01][0-9a-f]|7f)", re.IGNORECASE)
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f\\]")
-_DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class TargetRefused(ValueError):
@@ -136,7 +136,7 @@ class FrontDoor:
             headers = dict(scope["headers"])
             refusal = cross_site_refusal(scope["method"], headers, self.trusted_origins())
             if refusal is not None:
-                await _refuse(scope, send, refusal.status, refusal.message, openai, "cross_site_refused")
+                await _refuse(scope, send, refusal.status, refusal.message, False, "cross_site_refused")
                 return
         await self.app(scope, receive, send)
 
