@@ -13,7 +13,14 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,6 +31,7 @@ from pydantic_settings import (
 
 from caovan_kernels.contract import STALE_ENV_PREFIXES
 from caovan_kernels.contract import cache_dir as default_cache_dir
+from caovan_manager.errors import ConfigError
 
 
 def default_state_dir() -> Path:
@@ -279,10 +287,6 @@ class _PrefixedEnv(PydanticBaseSettingsSource):
     def __call__(self) -> dict[str, Any]:
         values = self._inner()
         return {name: value for name, value in values.items() if name in self.settings_cls.model_fields}
-
-
-class ConfigError(Exception):
-    """A configuration the daemon cannot start with; the message says what, where and what to do."""
 
 
 CONFIG_SUFFIXES = (".toml", ".yaml", ".yml")

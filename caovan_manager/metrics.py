@@ -8,12 +8,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from caovan_manager.engine.gpu import gpu_samples
+from caovan_manager.gpu import gpu_samples
 from caovan_manager.logwatch import events as log
 from caovan_manager.supervisor.effects import RESTART_CAUSES
-from caovan_manager.supervisor.machine import MARKER_KINDS as MARKERS
-from caovan_manager.supervisor.machine import TensorCore75
-from caovan_manager.supervisor.messages import State
+from caovan_manager.supervisor.run import MARKER_KINDS, TensorCore75View
+from caovan_manager.supervisor.state import State, StateChanged
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -92,7 +91,7 @@ class ModelMetrics:
         families.engine_up.labels(name).set(0)
         for cause in RESTART_CAUSES:
             families.restarts.labels(name, cause)
-        for marker in MARKERS:
+        for marker in MARKER_KINDS:
             families.marker.labels(name, marker).set(0)
         families.swaps.labels(name)
         families.swap_duration.labels(name)  # at zero: a model's first swap is then an increase rate() sees
@@ -101,13 +100,12 @@ class ModelMetrics:
         self.f.proxy_queue.labels(self.name).set_function(waiting)
         self.f.proxy_in_flight.labels(self.name).set_function(in_flight)
 
-    def state_changed(self, state: State) -> None:
+    def state_changed(self, change: StateChanged) -> None:
         for each in State:
-            self.f.engine_state.labels(self.name, each.value).set(1 if each is state else 0)
-        self.f.engine_up.labels(self.name).set(1 if state is State.READY else 0)
-
-    def ready_after(self, seconds: float) -> None:
-        self.f.time_to_ready.labels(self.name).set(seconds)
+            self.f.engine_state.labels(self.name, each.value).set(1 if each is change.state else 0)
+        self.f.engine_up.labels(self.name).set(1 if change.state is State.READY else 0)
+        if change.ready_after_s is not None:
+            self.f.time_to_ready.labels(self.name).set(change.ready_after_s)
 
     def restarted(self, cause: str) -> None:
         self.f.restarts.labels(self.name, cause).inc()
@@ -120,12 +118,12 @@ class ModelMetrics:
         self.f.last_used.labels(self.name).set(unix_time)
 
     def new_run(self, version_label: str) -> None:
-        for marker in MARKERS:
+        for marker in MARKER_KINDS:
             self.f.marker.labels(self.name, marker).set(0)
         self.f.plugin.labels(self.name).info({"version": version_label})
-        self.tensorcore75_changed(TensorCore75())
+        self.tensorcore75_changed(TensorCore75View())
 
-    def tensorcore75_changed(self, view: TensorCore75) -> None:
+    def tensorcore75_changed(self, view: TensorCore75View) -> None:
         f, name = self.f, self.name
         f.tensorcore75_active.labels(name).set(1 if view.status is not None and view.status.active else 0)
         for reason in self._kept_reasons:  # kept reasons differ from run to run
@@ -160,7 +158,7 @@ class ModelMetrics:
             f.mtp_tokens.labels(name).set(event.mtp_tokens)
         elif isinstance(event, log.PluginMtp):
             f.mtp_tokens.labels(name).set(event.tokens)
-        if event.kind in MARKERS:
+        if event.kind in MARKER_KINDS:
             f.marker.labels(name, event.kind).set(1)
         if isinstance(event, log.PluginBanner):
             f.plugin.labels(name).info({"version": event.version})

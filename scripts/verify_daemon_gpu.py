@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import bench, start_daemon, stop_daemon, table, wait_ready  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
-from caovan_manager.engine.gpu import gpu_holders, gpu_samples  # noqa: E402
+from caovan_manager.gpu import gpu_holders, gpu_samples  # noqa: E402
 
 # Beside the demo's arguments: vLLM 0.21's CUDA build here has no FlashInfer GDN prefill.
 GPU_ARGS = ["--gpu-memory-utilization", "0.5", "--additional-config", json.dumps({"gdn_prefill_backend": "triton"})]

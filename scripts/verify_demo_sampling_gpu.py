@@ -20,7 +20,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import start_daemon, stop_daemon, wait_ready  # noqa: E402
-from caovan_manager.demo.corpus import ANSWER_WORDS  # noqa: E402
+from caovan_demo.corpus import ANSWER_WORDS  # noqa: E402
 from caovan_manager.engine.probe import metric_sums  # noqa: E402
 from tests.support.recital import recital_prefix  # noqa: E402
 

@@ -24,7 +24,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import free_port, stop_daemon  # noqa: E402
-from tests.support.door_attacks import DEVELOPER_ROUTES, ENGINE_ROUTES, assert_engine_unreachable  # noqa: E402
+from tests.support.door_attacks import (  # noqa: E402
+    DEVELOPER_ROUTES,
+    ENGINE_ROUTES,
+    assert_engine_unreachable,
+)
 
 KEY = "front-door-gpu-inference-key"
 GPU_ARGS = ["--gpu-memory-utilization", "0.3", "--max-model-len", "2048", "--additional-config",

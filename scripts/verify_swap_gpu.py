@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import free_port, stop_daemon  # noqa: E402
 from caovan_manager import embedded  # noqa: E402
-from caovan_manager.engine.gpu import gpu_holders, gpu_samples  # noqa: E402
+from caovan_manager.gpu import gpu_holders, gpu_samples  # noqa: E402
 from caovan_manager.models.catalog import without_served_name  # noqa: E402
 
 # Beside the demo's arguments: vLLM 0.21's CUDA build here has no FlashInfer GDN prefill. Each engine takes a

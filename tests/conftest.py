@@ -19,7 +19,7 @@ import hypothesis
 import pytest
 
 from caovan_manager import embedded
-from caovan_manager.demo import build
+from caovan_demo import build
 from tests.support.engine import Engine, start_engine, stop_engine
 
 pytest_plugins = ("tests.support.random_inputs",)

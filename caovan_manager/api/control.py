@@ -7,8 +7,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from caovan_manager.models.placement import Load, Unload
-from caovan_manager.supervisor.messages import Command, Outcome, RestartCommand, StartCommand, State, StopCommand
+from caovan_manager.inbox import Outcome
+from caovan_manager.models.placement import Load, Restart, Unload
+from caovan_manager.supervisor.messages import (
+    Command,
+    RestartCommand,
+    StartCommand,
+    StopCommand,
+)
 
 from .schemas import ADMIN_CALL, ControlResult
 from .security import require_admin
@@ -16,6 +22,9 @@ from .security import require_admin
 # What the supervisor answered: 202 accepted, 409 refused in the current state, 400 refused.
 DECISION = {"status_code": 202, "response_model": ControlResult,
             "responses": {400: {"model": ControlResult}, 409: {"model": ControlResult}, **ADMIN_CALL}}
+
+# The placement message of each command placement decides on, among several models.
+PLACED = {StartCommand: Load, StopCommand: Unload, RestartCommand: Restart}
 
 router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
 
@@ -27,12 +36,10 @@ class ControlRequest(BaseModel):
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
     command = daemon.masker.deep(command)  # its reason is recorded and shown
-    # With several models, what runs where is placement's decision: a start (or a restart of a stopped engine) may
-    # have to stop a model that shares the primary's GPUs.
-    starts = isinstance(command, StartCommand) or (
-        isinstance(command, RestartCommand) and daemon.machine.state in (State.STOPPED, State.FAILED))
-    if daemon.routed and (starts or isinstance(command, StopCommand)):
-        message = (Load if starts else Unload)(daemon.catalog.primary.name, command.reason)
+    if daemon.routed and type(command) in PLACED:
+        # With several models, what runs where is placement's decision (in its own loop): a start, or a restart of an
+        # engine that is not loaded, may have to stop a model that shares the primary's GPUs.
+        message = PLACED[type(command)](daemon.catalog.primary.name, command.reason)
         outcome = await daemon.placement.command(message)
     else:
         outcome = await daemon.supervisor.command(command)

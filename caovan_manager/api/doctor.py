@@ -18,9 +18,13 @@ from typing import Any
 import psutil
 from fastapi import APIRouter, Query, Request
 
-from caovan_kernels.vllm import ENTRY_POINT_GROUP, ENTRY_POINT_NAME, registered_entry_point
-from caovan_manager.engine.gpu import gpu_samples
+from caovan_kernels.vllm import (
+    ENTRY_POINT_GROUP,
+    ENTRY_POINT_NAME,
+    registered_entry_point,
+)
 from caovan_manager.engine.launch import build_launch
+from caovan_manager.gpu import gpu_samples
 
 router = APIRouter(tags=["doctor"])
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from caovan_manager.errors import TargetRefused
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -36,10 +38,6 @@ OPENAI_PREFIX = "/v1/"
 _ENCODED = re.compile(rb"%(2e|2f|5c|25|[01][0-9a-f]|7f)", re.IGNORECASE)
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f\\]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-class TargetRefused(ValueError):
-    """A request target the daemon does not route; the message says why, in fixed words."""
 
 
 @dataclass(frozen=True)

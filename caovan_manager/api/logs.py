@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
+from caovan_manager.errors import UnknownModel
 from caovan_manager.logwatch.sink import LogSink
-from caovan_manager.models.catalog import UnknownModel
 
 from .schemas import EVENT_STREAM, LogTail, Problem
 from .sse import sse_response

@@ -6,7 +6,7 @@ import httpx
 from fastapi import APIRouter, Depends, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from caovan_manager.models.catalog import UnknownModel
+from caovan_manager.errors import UnknownModel
 
 from .schemas import TEXT, UNAUTHORIZED
 from .security import require_metrics_access

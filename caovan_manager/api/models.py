@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 
-from caovan_manager.models.catalog import UnknownModel
+from caovan_manager.errors import UnknownModel
 from caovan_manager.models.placement import Load, Unload
 
 from .control import decision

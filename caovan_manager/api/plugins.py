@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from fastapi.responses import JSONResponse
 
-from caovan_manager.plugins.store import PluginStoreError, UnknownVersion
+from caovan_manager.errors import PluginStoreError, UnknownVersion
 from caovan_manager.supervisor.messages import ActivateCommand
 
 from .control import decide

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from caovan_manager.supervisor.bus import Broadcaster
+from caovan_manager.broadcaster import Broadcaster
 
 KEEPALIVE_S = 15.0
 

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from caovan_kernels import contract
 from caovan_manager.proxy.gate import Gate
-from caovan_manager.supervisor.machine import Run
-from caovan_manager.supervisor.messages import State
+from caovan_manager.supervisor.run import Run
+from caovan_manager.supervisor.state import State
 
-from .daemon import Daemon
 from .schemas import Health, Readiness, StatusDocument
+
+if TYPE_CHECKING:  # the composition root sits above the routers; they read it from app.state
+    from caovan_manager.daemon import Daemon
 
 router = APIRouter(tags=["status"])
 

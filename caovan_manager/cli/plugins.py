@@ -14,7 +14,8 @@ ConfigOption = typer.Option(None, "--config", help="The daemon's settings file (
 
 
 def _settings(config: Optional[Path]):
-    from caovan_manager.config import ConfigError, load_settings
+    from caovan_manager.config import load_settings
+    from caovan_manager.errors import ConfigError
 
     try:
         return load_settings(config)
@@ -27,7 +28,8 @@ def _settings(config: Optional[Path]):
 def add(source: Path = typer.Argument(..., help="A wheel of the caovan distribution, or its project folder."),
         config: Optional[Path] = ConfigOption) -> None:
     """Install a plugin version into the store (it becomes active only through `activate`)."""
-    from caovan_manager.plugins.store import PluginStore, PluginStoreError
+    from caovan_manager.errors import PluginStoreError
+    from caovan_manager.plugins.store import PluginStore
 
     settings = _settings(config)
     try:

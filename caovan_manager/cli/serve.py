@@ -30,10 +30,12 @@ def serve(
 
     import uvicorn
 
-    from caovan_manager.api.app import create_app
-    from caovan_manager.config import ConfigError, load_settings
+    from caovan_manager.app import create_app
+    from caovan_manager.config import load_settings
+    from caovan_manager.daemon import demo_model
     from caovan_manager.engine.launch import resolve_target
-    from caovan_manager.engine.process import PortInUse, check_port_free
+    from caovan_manager.engine.process import check_port_free
+    from caovan_manager.errors import ConfigError, PortInUse
 
     try:
         settings = load_settings(config, host=host, port=port)
@@ -60,7 +62,8 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(levelname)-9s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine poll otherwise
     # One model: resolved here (building the demo model if none was given), so its name is in the first line.
-    target = None if settings.models else resolve_target(settings, log=lambda msg: typer.echo(msg, err=True))
+    target = None if settings.models else resolve_target(
+        settings, lambda: demo_model(lambda msg: typer.echo(msg, err=True)))
     application = create_app(settings, target)
     base = f"http://{settings.host}:{settings.port}"
 

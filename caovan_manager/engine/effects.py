@@ -15,7 +15,9 @@ from typing import Any
 
 import httpx
 
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import Settings
+from caovan_manager.gpu import wait_gpu_released
 from caovan_manager.logwatch.parser import normalise_line, parse_line
 from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
@@ -23,7 +25,6 @@ from caovan_manager.metrics import ModelMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.upstream import Upstream, open_upstream
 from caovan_manager.store import Store
-from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.messages import (
     Drained,
     Exited,
@@ -32,15 +33,14 @@ from caovan_manager.supervisor.messages import (
     Message,
     Progress,
     ReadyProbe,
-    Spawned,
     Slept,
+    Spawned,
     SpawnFailed,
     StoppedGroup,
     Woke,
 )
 
 from . import probe
-from .gpu import wait_gpu_released
 from .launch import EngineTarget, build_launch, option_value
 from .process import EngineProcess
 

@@ -9,14 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import caovan_kernels
+from caovan_manager import embedded
 from caovan_manager.config import Settings, engine_environment
+from caovan_manager.errors import ConfigError
 
 from .process import LaunchSpec
 
 
 @dataclass(frozen=True)
 class EngineTarget:
-    """The model and arguments, resolved once per daemon (building the demo model if no model was given)."""
+    """The model and arguments, resolved once per daemon."""
 
     model: str
     args: list[str]
@@ -26,17 +28,18 @@ class EngineTarget:
     env_overrides: dict[str, str] = field(default_factory=dict)  # a models-table entry's env: wins over everything
 
 
-def resolve_target(settings: Settings, log: Callable[[str], None] = print) -> EngineTarget:
+def resolve_target(settings: Settings, embedded_model: Callable[[], Path] | None = None) -> EngineTarget:
+    """The configured model, or without one the embedded default: `embedded_model()` gives its folder (the
+    composition root passes the demo builder, so resolving a target never trains a model unasked)."""
     if settings.engine.model:
         model = Path(settings.engine.model).expanduser()
         # The engine runs in its own run folder, so a relative model directory is made absolute here; a name that
         # is no local path (a Hugging Face model id) goes to vLLM as given.
         local = model.resolve() if model.exists() else None
         return EngineTarget(str(local) if local else settings.engine.model, list(settings.engine.args))
-    from caovan_manager import embedded
-    from caovan_manager.demo import build
-
-    model_dir = build(log=log)
+    if embedded_model is None:
+        raise ConfigError("no model is configured: give one (`caovan serve MODEL`, engine.model or a models table)")
+    model_dir = embedded_model()
     return EngineTarget(str(model_dir), embedded.engine_args() + list(settings.engine.args),
                         embedded.engine_env(), embedded=True)
 

@@ -7,13 +7,10 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from caovan_manager.errors import ProbeError
 from caovan_manager.supervisor.messages import Measurement
 
 BENCH_PROMPTS = ["Hello!", "Count from one to ten.", "Name five animals.", "Good morning, who are you?"]
-
-
-class ProbeError(RuntimeError):
-    pass
 
 
 async def served_model(client: httpx.AsyncClient) -> str:

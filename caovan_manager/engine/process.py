@@ -17,19 +17,12 @@ from pathlib import Path
 
 import psutil
 
+from caovan_manager.errors import PortInUse
 
 SIGKILL_WAIT_S = 30  # a process that has not begun to exit this long after SIGKILL survived it
 # One the kernel is still tearing down (PF_EXITING: gigabytes mapped, a loaded host) is going: waited for this long.
 EXIT_WAIT_S = 120
 PF_EXITING = 0x4
-
-
-class PortInUse(RuntimeError):
-    """A listener holds the port; `holder` names it, `what` and `fix` say whose port it is and what to change."""
-
-    def __init__(self, host: str, port: int, holder: str, what: str, fix: str) -> None:
-        super().__init__(f"{what} {host}:{port} is already in use by {holder}; stop that process or {fix}")
-        self.host, self.port, self.holder = host, port, holder
 
 
 @dataclass(frozen=True)

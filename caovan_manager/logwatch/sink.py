@@ -9,8 +9,8 @@ from collections import deque
 from pathlib import Path
 from typing import TextIO
 
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.masking import Masker
-from caovan_manager.supervisor.bus import Broadcaster
 
 
 class LogSink:

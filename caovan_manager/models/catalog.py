@@ -10,20 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import ModelSettings, Settings
 from caovan_manager.engine.launch import EngineTarget, option_value, resolve_target
-
-
-class UnknownModel(LookupError):
-    """A request named a model that is not configured; the message lists the ones that are."""
-
-    def __init__(self, name: str | None, known: list[str]) -> None:
-        # The requested name is not repeated: error bodies carry no text the request controls.
-        what = "the model the request names is not served here" if name is not None else "the request names no model"
-        super().__init__(f"{what}; the configured models are: {', '.join(known)} (GET /v1/models lists them)")
-        self.name = name
+from caovan_manager.errors import UnknownModel
 
 
 @dataclass(frozen=True)
@@ -78,11 +70,12 @@ class Catalog:
         return self.get_named(requested)
 
 
-def build_catalog(settings: Settings, log: Callable[[str], None] = print,
+def build_catalog(settings: Settings, embedded_model: Callable[[], Path] | None = None,
                   target: EngineTarget | None = None) -> Catalog:
-    """Resolve every model (building the embedded demo model once if an entry, or the single engine, needs it)."""
+    """Resolve every model (`embedded_model()` gives the embedded default's folder, once, where an entry or the single
+    engine names no model)."""
     if not settings.models:
-        target = target or resolve_target(settings, log)
+        target = target or resolve_target(settings, embedded_model)
         name = option_value(target.args, "--served-model-name") or target.model
         return Catalog((ModelEntry(name, target, None),), routed=False)
     embedded: list[EngineTarget] = []
@@ -93,10 +86,10 @@ def build_catalog(settings: Settings, log: Callable[[str], None] = print,
         if entry.model is None:  # the demo model: built (or found in the cache) once for every entry using it
             if not embedded:
                 bare = settings.engine.model_copy(update={"model": None, "args": []})
-                embedded.append(resolve_target(settings.model_copy(update={"engine": bare}), log))
+                embedded.append(resolve_target(settings.model_copy(update={"engine": bare}), embedded_model))
             return replace(embedded[0], args=[*without_served_name(embedded[0].args), *args])
         engine = settings.engine.model_copy(update={"model": entry.model, "args": args})
-        return resolve_target(settings.model_copy(update={"engine": engine}), log)
+        return resolve_target(settings.model_copy(update={"engine": engine}))
 
     entries = []
     for name, entry in settings.models.items():

@@ -8,13 +8,18 @@ import logging
 import time
 from typing import Any
 
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import SwapSettings
-from caovan_manager.supervisor.bus import Broadcaster
-from caovan_manager.supervisor.inbox import Inbox
-from caovan_manager.supervisor.messages import Outcome, SleepCommand, StartCommand, StopCommand
+from caovan_manager.inbox import Inbox, Outcome
+from caovan_manager.supervisor.messages import (
+    RestartCommand,
+    SleepCommand,
+    StartCommand,
+    StopCommand,
+)
 
 from .catalog import Catalog
-from .placement import Changed, Demand, Pending, Placement, PlacementMessage
+from .placement import Demand, Pending, Placement, PlacementMessage
 from .slot import ModelSlot
 
 logger = logging.getLogger("caovan.models")
@@ -40,6 +45,10 @@ class SlotEffects:
     def sleep(self, model: str, reason: str) -> None:
         logger.info("putting %s to sleep: %s", model, reason)
         self.slots[model].supervisor.post(SleepCommand(reason))
+
+    def restart(self, model: str, reason: str) -> None:
+        logger.info("restarting %s: %s", model, reason)
+        self.slots[model].supervisor.post(RestartCommand(reason))
 
     def pending(self, model: str) -> int:
         return self.slots[model].gate.pending
@@ -77,8 +86,7 @@ class PlacementOwner:
         self.effects = SlotEffects(slots, self.post, events)
         self.placement = Placement(catalog, self.effects, swap.fairness_s, swap.idle_s, time.monotonic)
         for name, slot in slots.items():
-            slot.supervisor.state_callbacks.append(
-                lambda state, reason, name=name, slot=slot: self.post(Changed(name, state, slot.machine.leftovers)))
+            slot.supervisor.followers.append(self.post)
             slot.gate.on_demand = lambda name=name: self.post(Demand(name))
             slot.gate.on_pending = lambda count, name=name: self.post(Pending(name, count))
 

@@ -7,10 +7,11 @@ own loop, at the moment it decides.
 
     a request waits for a stopped model  -> Demand    -> start it if no running model shares a GPU with it;
                                                          else stop those that share one, once each is evictable
-    a model's engine changes state       -> Changed   -> ready: its waiters are served; stopped/failed: GPUs free
+    a model's engine changes state       -> StateChanged (its supervisor's) -> ready: its waiters are served;
+                                                         stopped/failed: GPUs free
     a model's pending requests hit 0/not -> Pending   -> re-place (a waiter may now evict it); arm its idle ttl
     timers                               -> TtlElapsed (unload an idle model), FairnessElapsed (re-place)
-    admin                                -> Load, Unload; at daemon start: Preload
+    admin                                -> Load, Unload, Restart; at daemon start: Preload
 
 Evictable, for a model B that shares a GPU with a waiting model A: B is idle (no pending request, and its last
 one ended at least `idle_s` ago, since a client's next request usually follows at once), or B has been ready for
@@ -29,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from caovan_manager.supervisor.messages import Outcome, State
+from caovan_manager.inbox import Outcome
+from caovan_manager.supervisor.state import State, StateChanged
 
 from .catalog import Catalog, ModelEntry
 
@@ -43,13 +45,6 @@ LOADING = (State.STARTING, State.BACKOFF, State.WAKING)
 @dataclass(frozen=True)
 class Demand:
     model: str
-
-
-@dataclass(frozen=True)
-class Changed:
-    model: str
-    state: State
-    holds_gpus: bool = False  # failed with processes that survived SIGKILL: its GPUs are not free
 
 
 @dataclass(frozen=True)
@@ -75,6 +70,15 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Restart:
+    """An admin's restart: a loaded model restarts on its GPUs (its supervisor drains it); one that is not loaded is
+    loaded, which may stop the models that share its GPUs."""
+
+    model: str
+    reason: str = "restart requested"
+
+
+@dataclass(frozen=True)
 class Preload:
     """At daemon start: start the entries marked preload, in order."""
 
@@ -85,18 +89,22 @@ class Unload:
     reason: str = "unload requested"
 
 
-PlacementMessage = Demand | Changed | Pending | TtlElapsed | FairnessElapsed | Load | Unload | Preload
+PlacementMessage = (Demand | StateChanged | Pending | TtlElapsed | FairnessElapsed | Load | Unload | Restart
+                    | Preload)
 
 
 class PlacementEffects(Protocol):
     def start(self, model: str, reason: str) -> None:
-        """Tell the model's supervisor to start its engine; its states come back as Changed."""
+        """Tell the model's supervisor to start its engine; its states come back as StateChanged."""
 
     def stop(self, model: str, reason: str) -> None:
         """Tell the model's supervisor to drain and stop its engine."""
 
     def sleep(self, model: str, reason: str) -> None:
         """Tell the model's supervisor to drain its engine and put it to sleep (or stop it, lacking sleep mode)."""
+
+    def restart(self, model: str, reason: str) -> None:
+        """Tell the model's supervisor to drain and restart its engine, on the GPUs it holds."""
 
     def pending(self, model: str) -> int:
         """Requests of this model in flight or queued at its gate, now."""
@@ -114,20 +122,28 @@ class PlacementEffects(Protocol):
 
 @dataclass
 class Slot:
-    """Placement's view of one model."""
+    """Placement's view of one model: its engine's latest published change, and the demand on it."""
 
     entry: ModelEntry
-    state: State = State.STOPPED
+    engine: StateChanged | None = None  # None until its supervisor publishes: stopped
     wanted: bool = False  # a start was sent and no stop since
     waiting_since: float | None = None  # the first request waiting for it to load, since it last was ready
     load_requested: bool = False  # an admin asked for it: it goes first and does not wait for the fairness bound
     last_used: float = 0.0  # the latest request's start or end, or the latest ready: the idle ttl runs from here
     last_request: float | None = None  # the latest request's start or end
     ready_since: float | None = None  # the start of its turn on its GPUs
-    stuck: bool = False  # failed with processes left behind: it keeps its GPUs until it is started again
     swaps_in: int = 0
     evicted_for_it: tuple[str, ...] = ()  # the models stopped to make room for its current start
     swap_from: float | None = None  # when the first of those was stopped: the swap's duration runs from here
+
+    @property
+    def state(self) -> State:
+        return self.engine.state if self.engine else State.STOPPED
+
+    @property
+    def stuck(self) -> bool:
+        """Failed with processes left behind: it keeps its GPUs until it is started again."""
+        return self.engine is not None and self.engine.state is State.FAILED and self.engine.holds_gpus
 
     @property
     def occupying(self) -> bool:
@@ -170,10 +186,9 @@ class Placement:
         if slot.waiting_since is None and slot.state is not State.READY:
             slot.waiting_since = self.clock()
 
-    def _on_Changed(self, msg: Changed) -> None:
+    def _on_StateChanged(self, msg: StateChanged) -> None:
         slot = self.slots[msg.model]
-        slot.state = msg.state
-        slot.stuck = msg.state is State.FAILED and msg.holds_gpus
+        slot.engine = msg
         if msg.state is not State.READY:
             slot.ready_since = None  # its turn ended; a restart's load is protected as a load
         if msg.state is State.READY:
@@ -240,6 +255,13 @@ class Placement:
         return Outcome(True, f"loading {msg.model} once {', '.join(b.entry.name for b in blockers)} "
                              f"(sharing its GPUs) drained and stopped")
 
+    def _on_Restart(self, msg: Restart) -> Outcome:
+        slot = self.slots[msg.model]
+        if slot.wanted and not slot.stuck:
+            self.fx.restart(msg.model, msg.reason)
+            return Outcome(True, f"restarting {msg.model} ({slot.state.value})")
+        return self._on_Load(Load(msg.model, msg.reason))
+
     def _on_Unload(self, msg: Unload) -> Outcome:
         slot = self.slots[msg.model]
         slot.waiting_since, slot.load_requested = None, False
@@ -275,7 +297,7 @@ class Placement:
             leaving = [b for b in blockers if b.wanted]  # the others are draining or stopping already
             protected = [] if slot.load_requested else [b for b in leaving if self._protected_for(b, now)]
             if protected:
-                # Re-placed when a protection ends (a timer), a load finishes (Changed) or requests come and go
+                # Re-placed when a protection ends (a timer), a load finishes (StateChanged) or requests come and go
                 # (Pending); every holder in the way must be free, so the timer waits for the last.
                 ends = [self._protected_for(b, now) for b in protected]
                 if all(end < float("inf") for end in ends):

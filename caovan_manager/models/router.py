@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import time
 
-from caovan_manager.proxy.routes import NoRoute, Route
+from caovan_manager.errors import BadRouteRequest, UnknownModel
+from caovan_manager.proxy.routes import Answer, Route
 
-from .catalog import Catalog, UnknownModel
+from .catalog import Catalog
 from .slot import ModelSlot
 
 
@@ -23,11 +24,11 @@ class ModelRouter:
         self.slots = slots
         self.created = int(time.time())
 
-    def route(self, method: str, path: str, body: bytes, content_type: str) -> Route:
+    def route(self, method: str, path: str, body: bytes, content_type: str) -> Route | Answer:
         if not self.catalog.routed:
             return self.slots[self.catalog.primary.name].route
         if path == "models" and method == "GET":
-            raise NoRoute(200, self.listing())
+            return Answer(200, self.listing())
         if path.startswith("models/") and method == "GET":  # one model's card: answered here, loading nothing
             return self._card(path[len("models/"):])
         if not body or "json" not in content_type:
@@ -36,14 +37,14 @@ class ModelRouter:
             document = json.loads(body)
         except ValueError as exc:  # UnicodeDecodeError is a ValueError too
             # The decoder's message names a position and the kind of fault, never the body's text.
-            raise NoRoute.error(400, f"the request body is not valid JSON ({exc}); the daemon reads its `model` "
+            raise BadRouteRequest(400, f"the request body is not valid JSON ({exc}); the daemon reads its `model` "
                                      f"to choose the engine", "BadRequestError") from None
         except RecursionError:
-            raise NoRoute.error(400, "the request body is JSON nested too deeply to read; send a flat document",
+            raise BadRouteRequest(400, "the request body is JSON nested too deeply to read; send a flat document",
                                 "BadRequestError") from None
         model = document.get("model") if isinstance(document, dict) else None
         if model is not None and not isinstance(model, str):
-            raise NoRoute.error(400, f"`model` must be a string naming one of: {', '.join(self.catalog.names)}",
+            raise BadRouteRequest(400, f"`model` must be a string naming one of: {', '.join(self.catalog.names)}",
                                 "BadRequestError", "model")
         return self._named(model)
 
@@ -53,14 +54,14 @@ class ModelRouter:
         try:
             return self.slots[self.catalog.lookup(model).name].route
         except UnknownModel as exc:
-            raise NoRoute.error(404, str(exc), "NotFoundError", "model") from None
+            raise BadRouteRequest(404, str(exc), "NotFoundError", "model") from None
 
-    def _card(self, model: str) -> Route:
+    def _card(self, model: str) -> Answer:
         try:
             name = self.catalog.get_named(model).name
         except UnknownModel as exc:
-            raise NoRoute.error(404, str(exc), "NotFoundError", "model") from None
-        raise NoRoute(200, next(card for card in self.listing()["data"] if card["id"] == name))
+            raise BadRouteRequest(404, str(exc), "NotFoundError", "model") from None
+        return Answer(200, next(card for card in self.listing()["data"] if card["id"] == name))
 
     def listing(self) -> dict:
         """OpenAI's model list, each entry with its state, aliases and GPUs (extra fields clients ignore)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import Settings
 from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.logwatch.sink import LogSink
@@ -20,7 +21,6 @@ from caovan_manager.proxy.routes import Route
 from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
-from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.machine import Machine, PluginChoice
 
 from .catalog import ModelEntry

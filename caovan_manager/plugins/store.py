@@ -18,17 +18,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from caovan_manager.errors import PluginStoreError, UnknownVersion
+
 VERSION_PATTERN = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_-]{0,63}")
 DISTRIBUTION = "caovan"
 PLUGIN_PACKAGE = "caovan_kernels"
-
-
-class PluginStoreError(Exception):
-    """Something a user asked of the store that cannot be done; the message says what to do."""
-
-
-class UnknownVersion(PluginStoreError):
-    pass
 
 
 def check_version(version: str) -> str:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from caovan_manager.errors import NotRelayed
+
 
 @dataclass(frozen=True)
 class RelayedRoute:
@@ -54,14 +56,6 @@ RELAYED: tuple[RelayedRoute, ...] = (
 )
 _COMPILED = tuple((route, route.pattern) for route in RELAYED)
 UNMATCHED_LABEL = "/v1/other"
-
-
-class NotRelayed(LookupError):
-    """A path below /v1/ (or a method on it) that the daemon does not relay; `status` is 404 or 405."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def match(method: str, path: str) -> RelayedRoute:

@@ -11,19 +11,12 @@ import contextlib
 from collections.abc import Callable
 from typing import Literal
 
+from caovan_manager.errors import Unavailable
+
 from .upstream import Upstream
 
 # idle: the engine is stopped but loads on demand; a request waits as in hold, and asks for the engine first.
 Mode = Literal["open", "hold", "idle", "reject"]
-
-
-class Unavailable(Exception):
-    """The request cannot be served now; `reason` is for the client, `retry_after_s` for its Retry-After."""
-
-    def __init__(self, reason: str, retry_after_s: int) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.retry_after_s = retry_after_s
 
 
 class Gate:

@@ -26,13 +26,13 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from caovan_manager.api.security import inference_key_accepted, refusal
 from caovan_manager.config import SecuritySettings
+from caovan_manager.errors import BadRouteRequest, NotRelayed, Unavailable
+from caovan_manager.keys import inference_key_accepted, refusal
 from caovan_manager.metrics import DaemonMetrics
 
-from .allowlist import UNMATCHED_LABEL, NotRelayed, match
-from .gate import Unavailable
-from .routes import NoRoute, Route, Router
+from .allowlist import UNMATCHED_LABEL, match
+from .routes import Answer, Route, Router
 from .sampling import sampling_refusal
 from .upstream import BASE_URL
 
@@ -130,11 +130,14 @@ class _Exchange:
                 break
         self.body = b"".join(chunks)
         try:
-            self.route = self.relay.router.route(self.scope["method"], self.path, self.body,
-                                                 headers.get("content-type", ""))
-        except NoRoute as exc:
+            route = self.relay.router.route(self.scope["method"], self.path, self.body, headers.get("content-type", ""))
+        except BadRouteRequest as exc:
             await self.send_json(exc.status, exc.document())
             return False
+        if isinstance(route, Answer):
+            await self.send_json(route.status, route.document)
+            return False
+        self.route = route
         headers.update(self.route.engine_headers)
         return True
 

@@ -18,24 +18,16 @@ class Route:
     greedy_only: Callable[[], str | None] = lambda: None
 
 
-class NoRoute(Exception):
-    """The daemon answers this request itself (the list of configured models, an unknown model, a body it cannot
-    read the model from), with an OpenAI-style document."""
+@dataclass(frozen=True)
+class Answer:
+    """A /v1 request the daemon answers itself, successfully (the list of configured models, one model's card), with
+    an OpenAI-shaped document."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        super().__init__(body.get("error", {}).get("message", "answered by the daemon"))
-        self.status = status
-        self.body = body
-
-    def document(self) -> dict[str, Any]:
-        return self.body
-
-    @classmethod
-    def error(cls, status: int, message: str, kind: str, param: str | None = None) -> NoRoute:
-        # The shape vLLM's own errors have, so clients handle both alike.
-        return cls(status, {"error": {"message": message, "type": kind, "param": param, "code": status}})
+    status: int
+    document: dict[str, Any]
 
 
 class Router(Protocol):
-    def route(self, method: str, path: str, body: bytes, content_type: str) -> Route:
-        """The route of a request below /v1/ (`path` without the prefix); raises NoRoute to answer it here."""
+    def route(self, method: str, path: str, body: bytes, content_type: str) -> Route | Answer:
+        """The route of a request below /v1/ (`path` without the prefix), or the daemon's own Answer; raises
+        BadRouteRequest (or UnknownModel) where no engine can be chosen."""

@@ -20,6 +20,7 @@ import aiohttp
 import httpx
 
 from caovan_manager.config import ProxySettings
+from caovan_manager.errors import SocketFolderError
 
 # On a Unix socket the host part only fills the Host header.
 BASE_URL = "http://localhost"
@@ -29,10 +30,6 @@ NO_AUTO_HEADERS = ("Accept-Encoding", "User-Agent", "Content-Type")
 KEEPALIVE_S = 4.0
 # A Unix socket path is at most 107 bytes on Linux; the folder's own name is short, the system's temp folder may not be.
 MAX_SOCKET_PATH = 107
-
-
-class SocketFolderError(RuntimeError):
-    """No private folder for the engines' sockets could be made; the message says where and what to set."""
 
 
 def make_socket_folder() -> Path:

@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Literal
 
 from caovan_kernels import contract
 from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import PluginSettings, SupervisorSettings
+from caovan_manager.inbox import Outcome
 from caovan_manager.logwatch import events as log
 
+from .activation import Activation, regression
 from .effects import Effects
 from .hang import HangDetector
 from .messages import (
@@ -38,9 +40,7 @@ from .messages import (
     Exited,
     LogLine,
     Measured,
-    Measurement,
     Message,
-    Outcome,
     Progress,
     ReadyProbe,
     RestartCommand,
@@ -50,64 +50,15 @@ from .messages import (
     SpawnFailed,
     StartCommand,
     StartupTimedOut,
-    State,
     StopCommand,
     StoppedGroup,
     Woke,
 )
+from .run import Run
+from .state import State, check_transition
 
 # What follows a drain: a stop (then stopped / started again / backoff), or sleep ("wake": a start came meanwhile).
 AfterStop = Literal["stop", "start", "backoff", "sleep", "wake"]
-Phase = Literal["baseline", "switch", "verify", "rollback"]
-
-MARKER_KINDS = tuple(marker.kind for marker in contract.RUN_MARKERS)
-TENSORCORE75_KINDS = (contract.TENSORCORE75_STATUS.kind, contract.TENSORCORE75_KERNELS.kind)
-
-
-@dataclass
-class TensorCore75:
-    """TensorCore75 over the engine's processes (each prints its own lines): active if any process is, and the
-    counts of the process that compiled the most kernels."""
-
-    status: log.TensorCore75Status | None = None
-    kernels: log.TensorCore75Kernels | None = None
-
-    def take(self, event: log.LogEvent) -> None:
-        if isinstance(event, log.TensorCore75Status):
-            if self.status is None or event.active or not self.status.active:
-                self.status = event
-        elif isinstance(event, log.TensorCore75Kernels):
-            if self.kernels is None or event.total >= self.kernels.total:
-                self.kernels = event
-
-
-@dataclass
-class Run:
-    """One engine process from spawn to the end of its process group."""
-
-    run_id: int
-    version: str | None
-    started_at: float
-    pid: int | None = None
-    command: list[str] = field(default_factory=list)
-    ready_at: float | None = None
-    returncode: int | None = None
-    last_fatal: str | None = None
-    markers: dict[str, log.LogEvent] = field(default_factory=dict)  # the latest of each kind of RUN_MARKERS
-
-    def marker_values(self) -> dict[str, Any]:
-        """Each marker seen: its one value, its values, or True for a marker without values."""
-        return {kind: _marker_value(event) for kind, event in self.markers.items()}
-
-    @property
-    def banner_version(self) -> str | None:
-        banner = self.markers.get(contract.BANNER.kind)
-        return banner.version if isinstance(banner, log.PluginBanner) else None
-    engine_version: str | None = None
-    mtp_tokens: int | None = None
-    launch: log.LaunchDecisions | None = None  # caovan-vllm-serve's decisions line: the effective command
-    tensorcore75: TensorCore75 = field(default_factory=TensorCore75)
-
 
 @dataclass
 class PluginChoice:
@@ -115,17 +66,6 @@ class PluginChoice:
     their machines; only a verified activation, on the primary model's machine, changes it."""
 
     version: str | None = None
-
-
-@dataclass
-class Activation:
-    from_version: str | None
-    to_version: str | None
-    phase: Phase = "baseline"
-    baseline: Measurement | None = None
-    candidate: Measurement | None = None
-    banner_checked: bool = False
-    reason: str = ""
 
 
 class Machine:
@@ -384,20 +324,11 @@ class Machine:
         event = msg.event
         if event.kind in ("throughput", "spec_decode"):
             self.latest[event.kind] = event
-        elif event.kind == "fatal":
-            self.run.last_fatal = f"{event.fatal_kind}: {event.message}"
-        elif event.kind == "engine_config":
-            self.run.engine_version = event.version
-            self.run.mtp_tokens = event.mtp_tokens
-        elif isinstance(event, log.LaunchDecisions):
-            self.run.launch = event
-        elif event.kind in TENSORCORE75_KINDS:
-            self.run.tensorcore75.take(event)
-        elif event.kind in MARKER_KINDS:
-            self.run.markers[event.kind] = event
-            if event.kind == "plugin_banner" and self._awaiting_banner():
-                self.fx.cancel_timer("banner")
-                self._check_banner()
+            return
+        self.run.take(event)
+        if event.kind == contract.BANNER.kind and self._awaiting_banner():
+            self.fx.cancel_timer("banner")
+            self._check_banner()
 
     def _on_BannerTimedOut(self, msg: BannerTimedOut) -> None:
         if self._current(msg.run_id) and self._awaiting_banner():
@@ -422,7 +353,7 @@ class Machine:
                 self._rollback(f"the verification benchmark failed on the new version: {msg.error}")
                 return
             act.candidate = msg.result
-            worse = self._regression(act.baseline, msg.result)
+            worse = regression(act.baseline, msg.result, self.plugin_settings)
             if worse:
                 self._rollback(worse)
             else:
@@ -539,13 +470,8 @@ class Machine:
 
     def _finish_activation(self, outcome: str, reason: str) -> None:
         act = self.activation
-        details = {
-            "baseline": act.baseline.as_dict() if act.baseline else None,
-            "candidate": act.candidate.as_dict() if act.candidate else None,
-            "throughput_margin": self.plugin_settings.throughput_margin,
-            "acceptance_margin": self.plugin_settings.acceptance_margin,
-        }
-        self.fx.record_activation(act.from_version, act.to_version, outcome, reason, details)
+        self.fx.record_activation(act.from_version, act.to_version, outcome, reason,
+                                  act.details(self.plugin_settings))
         self.activation = None
 
     # Checks -----------------------------------------------------------------------------------------------------------
@@ -564,26 +490,10 @@ class Machine:
         act = self.activation
         return act is not None and act.phase == "verify" and self.state is State.READY and not act.banner_checked
 
-    def _regression(self, baseline: Measurement | None, new: Measurement) -> str:
-        margin_tps = self.plugin_settings.throughput_margin
-        margin_acc = self.plugin_settings.acceptance_margin
-        if baseline is None:
-            return ""
-        floor = baseline.tokens_per_s * (1 - margin_tps)
-        if new.tokens_per_s < floor:
-            return (f"throughput fell to {new.tokens_per_s:.1f} tokens/s from {baseline.tokens_per_s:.1f} "
-                    f"(allowed down to {floor:.1f}, plugins.throughput_margin = {margin_tps:g})")
-        if baseline.acceptance_rate is not None:
-            if new.acceptance_rate is None:
-                return "the new version reports no speculative-decoding acceptance; the previous one did"
-            if new.acceptance_rate < baseline.acceptance_rate - margin_acc:
-                return (f"MTP acceptance fell to {new.acceptance_rate:.3f} from {baseline.acceptance_rate:.3f} "
-                        f"(allowed loss {margin_acc:g}, plugins.acceptance_margin)")
-        return ""
-
     # Helpers ----------------------------------------------------------------------------------------------------------
 
     def _enter(self, state: State, reason: str) -> None:
+        check_transition(self.state, state)
         if state is not self.state:
             self.state_since = self.clock()
         self.state = state
@@ -599,12 +509,8 @@ class Machine:
         return self.run is not None and self.run.run_id == run_id
 
     def _launch_version(self) -> str | None:
-        act = self.activation
-        if act is not None and act.phase in ("switch", "verify"):
-            return act.to_version
-        if act is not None and act.phase == "rollback":
-            return act.from_version
-        return self.active_version
+        decided, version = self.activation.launch_version() if self.activation else (False, None)
+        return version if decided else self.active_version
 
     def _note_restart(self, cause: str, reason: str) -> None:
         self.restarts += 1
@@ -629,8 +535,3 @@ def _signal_name(number: int) -> str:
         return f"signal {number}"
 
 
-def _marker_value(event: log.LogEvent) -> Any:
-    values = event.values()
-    if not values:
-        return True
-    return next(iter(values.values())) if len(values) == 1 else values

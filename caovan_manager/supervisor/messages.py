@@ -7,25 +7,8 @@ of an old engine never moves the state of the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from caovan_manager.logwatch.events import Event as LogEventType
-
-
-class State(str, Enum):
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    DRAINING = "draining"
-    STOPPING = "stopping"
-    BACKOFF = "backoff"
-    FAILED = "failed"
-    # vLLM's sleep mode (level 1): weights offloaded to host memory and the KV cache dropped, the process kept, so
-    # another model can use the GPU and this one comes back without a cold start.
-    FALLING_ASLEEP = "falling_asleep"
-    ASLEEP = "asleep"
-    WAKING = "waking"
-
 
 # Commands (the API's requests; each gets an Outcome back) -----------------------------------------------------------
 
@@ -57,13 +40,6 @@ class ActivateCommand:
 
 
 Command = StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand
-
-
-@dataclass(frozen=True)
-class Outcome:
-    accepted: bool
-    message: str
-    conflict: bool = False  # refused because of the current state (HTTP 409), not because of bad input
 
 
 # Reports of the effects layer ---------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from caovan_manager.config import ConfigError, engine_environment, load_settings
+from caovan_manager.config import engine_environment, load_settings
+from caovan_manager.errors import ConfigError
 from caovan_manager.masking import mask_command
 
 

@@ -8,8 +8,8 @@ import time
 import openai
 import pytest
 
+from caovan_demo import corpus
 from caovan_manager import embedded
-from caovan_manager.demo import corpus
 from tests.support.engine import Engine
 from tests.support.prompts import EVAL_PROMPTS
 

@@ -20,10 +20,16 @@ import httpx
 import openai
 import pytest
 
-from caovan_manager.demo.corpus import ANSWER_WORDS
+from caovan_demo.corpus import ANSWER_WORDS
 from tests.support.raw_http import raw_request
 from tests.support.recital import recital_prefix
-from tests.web.browser import INSTALL_HINT, chromium, console_errors, missing_tools, wait
+from tests.web.browser import (
+    INSTALL_HINT,
+    chromium,
+    console_errors,
+    missing_tools,
+    wait,
+)
 
 pytestmark = pytest.mark.engine
 

@@ -9,7 +9,6 @@ import httpx
 import openai
 
 from caovan_manager.engine.probe import metric_sums
-
 from tests.support.engine import Engine
 
 SPEC_COUNTERS = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")

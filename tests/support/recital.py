@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from caovan_manager.demo.corpus import ANSWER_WORDS
+from caovan_demo.corpus import ANSWER_WORDS
 
 
 def recital_prefix(text: str) -> int:

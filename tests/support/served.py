@@ -13,9 +13,9 @@ from typing import Any
 
 import uvicorn
 
-from caovan_manager.api.app import create_app
-from caovan_manager.api.daemon import Daemon
+from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
+from caovan_manager.daemon import Daemon
 from caovan_manager.engine.launch import EngineTarget
 
 

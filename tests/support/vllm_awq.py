@@ -25,8 +25,12 @@ def _free_port() -> int:
 def main(src: str, dst: str) -> None:
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.model_executor.layers.quantization.auto_awq import _convert_awq_to_standard_format
-    from vllm.model_executor.layers.quantization.utils.quant_utils import unpack_quantized_values_into_int32
+    from vllm.model_executor.layers.quantization.auto_awq import (
+        _convert_awq_to_standard_format,
+    )
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        unpack_quantized_values_into_int32,
+    )
     from vllm.scalar_type import scalar_types
 
     tensors = load_file(src)

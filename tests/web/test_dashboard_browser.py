@@ -15,6 +15,7 @@ from selenium.webdriver.common.by import By
 
 from tests.integration.daemon.conftest import ADMIN_KEY, INFERENCE_KEY
 from tests.integration.daemon.load import StreamingLoad
+
 from .browser import (
     INSTALL_HINT,
     admin_confirm,

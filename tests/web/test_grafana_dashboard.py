@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from caovan_manager import metrics as daemon_metrics
-from caovan_manager.engine.gpu import GpuSample
+from caovan_manager.gpu import GpuSample
 from web.grafana import generate
 
 SELECTOR = re.compile(r"(caovan_\w+)(\{[^}]*\})?")

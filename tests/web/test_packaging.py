@@ -18,7 +18,7 @@ def test_installed_wheel_serves_the_dashboard_from_its_own_files(tmp_path):
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     # The daemon's own lookup, run from the unpacked wheel in a fresh interpreter (the checkout out of its path).
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import caovan_manager.api.app as a; "
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import caovan_manager.app as a; "
              "d = a.default_web_dir(); print(a.__file__); print(d); print((d / 'index.html').is_file())")
     out = subprocess.run([sys.executable, "-c", probe, str(site)], capture_output=True, text=True, check=True,
                          cwd=tmp_path).stdout.split()

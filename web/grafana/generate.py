@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from caovan_manager.supervisor.messages import State
+from caovan_manager.supervisor.state import State
 
 DASHBOARD_PATH = Path(__file__).with_name("caovan-dashboard.json")
 UID = "caovan-daemon"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from caovan_manager.api.app import create_app
+from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget
 

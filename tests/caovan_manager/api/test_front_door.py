@@ -9,11 +9,12 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from caovan_manager.api.app import create_app
-from caovan_manager.api.door import TargetRefused, check_target, origin_matches
+from caovan_manager.api.door import check_target, origin_matches
+from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget
-from caovan_manager.proxy.allowlist import RELAYED, NotRelayed, match
+from caovan_manager.errors import NotRelayed, TargetRefused
+from caovan_manager.proxy.allowlist import RELAYED, match
 from tests.support.door_attacks import ENGINE_ROUTES, TWO_READINGS
 from tests.support.raw_http import raw_request
 from tests.support.served import served_daemon

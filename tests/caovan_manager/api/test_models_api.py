@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from caovan_manager.api.app import create_app
-from caovan_manager.config import ConfigError, load_settings
+from caovan_manager.app import create_app
+from caovan_manager.config import load_settings
+from caovan_manager.errors import ConfigError
 
 ADMIN = "adm-models-secret"
 MODELS = {

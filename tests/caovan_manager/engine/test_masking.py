@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import load_settings
 from caovan_manager.engine.effects import EngineEffects, RunHandle
 from caovan_manager.engine.launch import EngineTarget
@@ -14,7 +15,6 @@ from caovan_manager.masking import Masker, mask_command, secret_option_values
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.store import Store
-from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.messages import Exited, LogLine, ReadyProbe
 
 ADMIN = "adm-planted-9d41"

@@ -118,8 +118,8 @@ def test_connections_left_in_time_wait_do_not_make_a_port_busy():
 
 
 def test_an_engine_left_by_a_dead_daemon_is_killed_at_the_next_start(tmp_path):
-    from caovan_manager.api.daemon import Daemon
     from caovan_manager.config import load_settings
+    from caovan_manager.daemon import Daemon
 
     # A stand-in engine group (its command line names the engine module) and a run the "dead daemon" never ended.
     left = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "caovan_kernels.serve"],

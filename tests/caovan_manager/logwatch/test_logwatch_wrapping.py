@@ -5,7 +5,13 @@ import json
 
 import pytest
 
-from caovan_manager.logwatch import EngineReady, Fatal, SpecDecode, Throughput, parse_line
+from caovan_manager.logwatch import (
+    EngineReady,
+    Fatal,
+    SpecDecode,
+    Throughput,
+    parse_line,
+)
 from caovan_manager.logwatch.parser import normalise_line
 
 STATS = (

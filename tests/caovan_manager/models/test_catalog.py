@@ -6,7 +6,8 @@ import pytest
 
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget, build_launch
-from caovan_manager.models.catalog import UnknownModel, build_catalog
+from caovan_manager.errors import UnknownModel
+from caovan_manager.models.catalog import build_catalog
 
 
 def test_without_a_table_one_model_takes_every_request(tmp_path):

@@ -9,7 +9,6 @@ import pytest
 from caovan_manager.engine.launch import EngineTarget
 from caovan_manager.models.catalog import Catalog, ModelEntry
 from caovan_manager.models.placement import (
-    Changed,
     Demand,
     FairnessElapsed,
     Load,
@@ -17,10 +16,11 @@ from caovan_manager.models.placement import (
     Placement,
     PlacementMessage,
     Preload,
+    Restart,
     TtlElapsed,
     Unload,
 )
-from caovan_manager.supervisor.messages import State
+from caovan_manager.supervisor.state import State, StateChanged
 
 FAIRNESS_S = 30.0
 IDLE_S = 5.0
@@ -35,6 +35,7 @@ class RecordingPlacementEffects:
     def start(self, model: str, reason: str) -> None: self.calls.append(("start", model))
     def stop(self, model: str, reason: str) -> None: self.calls.append(("stop", model, reason))
     def sleep(self, model: str, reason: str) -> None: self.calls.append(("sleep", model, reason))
+    def restart(self, model: str, reason: str) -> None: self.calls.append(("restart", model))
     def pending(self, model: str) -> int: return self.pending_counts.get(model, 0)
     def set_timer(self, name: str, delay_s: float, message: PlacementMessage) -> None:
         self.timers[name] = (delay_s, message)
@@ -69,12 +70,12 @@ def machine(*entries: ModelEntry) -> tuple[Placement, RecordingPlacementEffects,
 
 def run_up(p: Placement, model: str) -> None:
     for state in (State.STARTING, State.READY):
-        p.handle(Changed(model, state))
+        p.handle(StateChanged(model, state))
 
 
 def run_down(p: Placement, model: str) -> None:
     for state in (State.DRAINING, State.STOPPING, State.STOPPED):
-        p.handle(Changed(model, state))
+        p.handle(StateChanged(model, state))
 
 
 def test_a_request_for_a_stopped_model_starts_it_when_its_gpus_are_free():
@@ -82,9 +83,9 @@ def test_a_request_for_a_stopped_model_starts_it_when_its_gpus_are_free():
     p.handle(Demand("a"))
     assert fx.take() == [("start", "a")]
     p.handle(Demand("a"))  # more waiters while it loads: no second start
-    p.handle(Changed("a", State.STARTING))
+    p.handle(StateChanged("a", State.STARTING))
     assert fx.take() == []
-    p.handle(Changed("a", State.READY))
+    p.handle(StateChanged("a", State.READY))
     p.handle(Demand("b"))  # disjoint GPUs: side by side
     assert fx.take() == [("start", "b")]
 
@@ -98,10 +99,10 @@ def test_an_idle_model_on_the_same_gpu_is_swapped_out_and_the_swap_is_timed():
     p.handle(Demand("b"))
     assert fx.take() == [("stop", "a")]
     clock.now += 3
-    p.handle(Changed("a", State.DRAINING))
-    p.handle(Changed("a", State.STOPPING))
+    p.handle(StateChanged("a", State.DRAINING))
+    p.handle(StateChanged("a", State.STOPPING))
     assert fx.take() == []  # not before a's GPUs are free
-    p.handle(Changed("a", State.STOPPED))
+    p.handle(StateChanged("a", State.STOPPED))
     assert fx.take() == [("start", "b")]
     clock.now += 10
     run_up(p, "b")
@@ -111,7 +112,7 @@ def test_an_idle_model_on_the_same_gpu_is_swapped_out_and_the_swap_is_timed():
 
 def put_to_sleep(p: Placement, model: str) -> None:
     for state in (State.DRAINING, State.FALLING_ASLEEP, State.ASLEEP):
-        p.handle(Changed(model, state))
+        p.handle(StateChanged(model, state))
 
 
 def test_a_model_with_sleep_is_swapped_out_by_sleep_mode_and_woken_for_its_next_request():
@@ -121,10 +122,10 @@ def test_a_model_with_sleep_is_swapped_out_by_sleep_mode_and_woken_for_its_next_
     fx.take()
     p.handle(Demand("b"))
     assert fx.take() == [("sleep", "a")]
-    p.handle(Changed("a", State.DRAINING))
-    p.handle(Changed("a", State.FALLING_ASLEEP))
+    p.handle(StateChanged("a", State.DRAINING))
+    p.handle(StateChanged("a", State.FALLING_ASLEEP))
     assert fx.take() == []  # its GPU memory is released only once asleep
-    p.handle(Changed("a", State.ASLEEP))
+    p.handle(StateChanged("a", State.ASLEEP))
     assert fx.take() == [("start", "b")]
     run_up(p, "b")
     fx.take()
@@ -133,9 +134,9 @@ def test_a_model_with_sleep_is_swapped_out_by_sleep_mode_and_woken_for_its_next_
     assert fx.take() == [("stop", "b")]
     run_down(p, "b")
     assert fx.take() == [("start", "a")]
-    p.handle(Changed("a", State.WAKING))
+    p.handle(StateChanged("a", State.WAKING))
     clock.now += 2
-    p.handle(Changed("a", State.READY))
+    p.handle(StateChanged("a", State.READY))
     assert fx.take() == [("swapped_in", "a", ("b",), 2.0)]
 
 
@@ -150,8 +151,8 @@ def test_an_asleep_model_is_stopped_by_unload_and_by_its_ttl():
     clock.now += 60
     p.handle(fx.timers["ttl:a"][1])
     assert fx.take() == [("stop", "a")]
-    p.handle(Changed("a", State.STOPPING))
-    p.handle(Changed("a", State.STOPPED))
+    p.handle(StateChanged("a", State.STOPPING))
+    p.handle(StateChanged("a", State.STOPPED))
     p.handle(Demand("a"))
     run_down(p, "b")  # b was stopped for a
     run_up(p, "a")
@@ -167,7 +168,7 @@ def test_an_unload_while_it_drains_to_sleep_stops_it():
     p.handle(Demand("a"))
     run_up(p, "a")
     p.handle(Demand("b"))
-    p.handle(Changed("a", State.DRAINING))
+    p.handle(StateChanged("a", State.DRAINING))
     fx.take()
     p.handle(Unload("a"))
     assert fx.take() == [("stop", "a")]
@@ -182,7 +183,7 @@ def test_a_waking_model_keeps_its_gpus_until_it_reports():
     run_up(p, "b")
     p.handle(Demand("a"))
     run_down(p, "b")
-    p.handle(Changed("a", State.WAKING))
+    p.handle(StateChanged("a", State.WAKING))
     fx.take()
     clock.now += FAIRNESS_S * 2
     p.handle(Demand("b"))
@@ -328,12 +329,12 @@ def test_idle_ttl_unloads_and_a_request_rearms_it():
 def test_a_failed_model_frees_its_gpus_for_the_next():
     p, fx, _ = machine(entry("a", {0}), entry("b", {0}))
     p.handle(Demand("a"))
-    p.handle(Changed("a", State.STARTING))
+    p.handle(StateChanged("a", State.STARTING))
     fx.pending_counts["a"] = 1
     p.handle(Demand("b"))
     fx.take()
-    p.handle(Changed("a", State.BACKOFF))
-    p.handle(Changed("a", State.FAILED))
+    p.handle(StateChanged("a", State.BACKOFF))
+    p.handle(StateChanged("a", State.FAILED))
     assert fx.take() == [("start", "b")]
     assert p.slots["a"].waiting_since is None
 
@@ -385,8 +386,8 @@ def test_a_model_failed_with_processes_left_keeps_its_gpus():
     p.handle(Demand("a"))
     run_up(p, "a")
     fx.take()
-    p.handle(Changed("a", State.STOPPING))
-    p.handle(Changed("a", State.FAILED, holds_gpus=True))  # survived SIGKILL: nothing may start beside it
+    p.handle(StateChanged("a", State.STOPPING))
+    p.handle(StateChanged("a", State.FAILED, holds_gpus=True))  # survived SIGKILL: nothing may start beside it
     p.handle(Demand("b"))
     assert fx.take() == []
     p.handle(Load("a"))  # the admin ended them and loads it again
@@ -400,7 +401,7 @@ def test_a_crashed_model_restarting_keeps_its_gpus_while_it_loads():
     clock.now += FAIRNESS_S * 2  # its turn is long over
     fx.pending_counts["a"] = 1
     for state in (State.STOPPING, State.BACKOFF, State.STARTING):  # a crash, the supervisor restarting it
-        p.handle(Changed("a", state))
+        p.handle(StateChanged("a", state))
     fx.take()
     p.handle(Demand("b"))
     assert fx.take() == []  # loading again: protected until it reports ready
@@ -414,9 +415,23 @@ def test_waiters_that_gave_up_leave_no_swap_to_count():
     p.handle(Demand("b"))
     run_down(p, "a")  # swapped out for b ...
     assert fx.take()[-1] == ("start", "b")
-    p.handle(Changed("b", State.STARTING))
-    p.handle(Changed("b", State.FAILED))  # ... which failed; its waiters were refused
+    p.handle(StateChanged("b", State.STARTING))
+    p.handle(StateChanged("b", State.FAILED))  # ... which failed; its waiters were refused
     p.handle(Pending("b", 0))
     p.handle(Load("b"))
     run_up(p, "b")
     assert [c for c in fx.take() if c[0] == "swapped_in"] == []  # a plain start, not a swap
+
+
+def test_a_restart_is_decided_in_placements_loop_a_loaded_model_restarts_in_place_an_unloaded_one_loads():
+    p, fx, _ = machine(entry("a", {0}), entry("b", {0}))
+    outcome = p.handle(Restart("a", "admin"))  # not loaded: a load, which may need the shared GPU
+    assert outcome.accepted and outcome.message == "loading a" and fx.take() == [("start", "a")]
+    run_up(p, "a")
+    outcome = p.handle(Restart("a", "admin"))  # loaded: its supervisor drains and restarts it on its GPU
+    assert outcome.message == "restarting a (ready)" and fx.take() == [("restart", "a")]
+    p.handle(StateChanged("a", State.FAILED, holds_gpus=True))  # left processes behind: not restarted in place
+    assert p.handle(Restart("a", "admin")).message == "loading a" and fx.take() == [("start", "a")]
+    run_up(p, "a")
+    p.handle(Restart("b", "admin"))  # b shares a's GPU: a load of b, so a (idle) is stopped first
+    assert fx.take() == [("stop", "a")]

@@ -6,7 +6,8 @@ import zipfile
 
 import pytest
 
-from caovan_manager.plugins.store import PluginStore, PluginStoreError, UnknownVersion
+from caovan_manager.errors import PluginStoreError, UnknownVersion
+from caovan_manager.plugins.store import PluginStore
 
 
 @pytest.mark.parametrize("name", ["../x", "..", "a/b", "/etc", "0.1.0/../../x", "", ".hidden", "a\\b", "x" * 65,

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from caovan_manager.proxy.gate import Gate, Unavailable
+from caovan_manager.errors import Unavailable
+from caovan_manager.proxy.gate import Gate
 
 
 def run(coro):

@@ -20,10 +20,10 @@ from caovan_manager.supervisor.messages import (
     Spawned,
     SpawnFailed,
     StartCommand,
-    State,
     StopCommand,
     StoppedGroup,
 )
+from caovan_manager.supervisor.state import State
 
 from .fakes import RecordingEffects
 

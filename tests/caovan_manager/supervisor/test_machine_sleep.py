@@ -18,11 +18,11 @@ from caovan_manager.supervisor.messages import (
     SleepCommand,
     Slept,
     StartCommand,
-    State,
     StopCommand,
     StoppedGroup,
     Woke,
 )
+from caovan_manager.supervisor.state import State
 
 from .fakes import RecordingEffects
 from .test_machine import Clock, ready

@@ -9,7 +9,12 @@ import json
 
 import pytest
 
-from tests.support.door_attacks import DEVELOPER_ROUTES, ENGINE_ROUTES, TWO_READINGS, assert_engine_unreachable
+from tests.support.door_attacks import (
+    DEVELOPER_ROUTES,
+    ENGINE_ROUTES,
+    TWO_READINGS,
+    assert_engine_unreachable,
+)
 from tests.support.raw_http import raw_request
 
 from .conftest import ADMIN_KEY, INFERENCE_KEY, DaemonProcess

@@ -20,12 +20,28 @@ import openai
 import pytest
 from selenium.webdriver.common.by import By
 
-from tests.web.browser import INSTALL_HINT, admin_model, chromium, console_errors, missing_tools, model_row, \
-    model_view, text, wait
-
-from .conftest import ADMIN_KEY, INFERENCE_KEY, REPO, engine_group_members, start_daemon, stop_daemon
-from .load import StreamingLoad
 from tests.support.door_attacks import DEVELOPER_ROUTES, assert_engine_unreachable
+from tests.web.browser import (
+    INSTALL_HINT,
+    admin_model,
+    chromium,
+    console_errors,
+    missing_tools,
+    model_row,
+    model_view,
+    text,
+    wait,
+)
+
+from .conftest import (
+    ADMIN_KEY,
+    INFERENCE_KEY,
+    REPO,
+    engine_group_members,
+    start_daemon,
+    stop_daemon,
+)
+from .load import StreamingLoad
 
 pytestmark = pytest.mark.engine
 

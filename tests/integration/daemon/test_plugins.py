@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 import caovan_kernels
 import caovan_manager.cli.plugins  # noqa: F401  (registers `caovan plugins`)
 from caovan_manager.cli.app import app
-
 from tests.caovan_manager.plugins.plugin_builds import build_wheel
 
 from .conftest import INFERENCE_KEY, start_daemon, stop_daemon

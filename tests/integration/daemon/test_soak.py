@@ -29,7 +29,14 @@ import caovan_manager.cli.plugins  # noqa: F401  (registers `caovan plugins`)
 from caovan_manager.cli.app import app
 from tests.caovan_manager.plugins.plugin_builds import build_wheel
 
-from .conftest import ADMIN_KEY, INFERENCE_KEY, DaemonProcess, engine_group_members, start_daemon, stop_daemon
+from .conftest import (
+    ADMIN_KEY,
+    INFERENCE_KEY,
+    DaemonProcess,
+    engine_group_members,
+    start_daemon,
+    stop_daemon,
+)
 from .load import EventLog, StreamingLoad
 
 pytestmark = pytest.mark.engine

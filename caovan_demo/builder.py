@@ -22,18 +22,26 @@ from filelock import FileLock
 
 from caovan_kernels import contract
 
-from . import architecture, architecture_qwen3_5, checkpoint, checkpoint_qwen3_5, corpus, qwen3_5_recipe, tokenizer
-from . import train
+from . import (
+    architecture,
+    architecture_qwen3_5,
+    checkpoint,
+    checkpoint_qwen3_5,
+    corpus,
+    qwen3_5_recipe,
+    tokenizer,
+    train,
+)
+from .awq import checkpoint as awq_checkpoint
 from .awq import format as awq_format
 from .awq import pack as awq_pack
-from .awq import checkpoint as awq_checkpoint
 
 MARKER = "caovan-demo.json"
 TOKENIZER_SAMPLES = 4000
 TRAIN_SAMPLES = 4000
 SETTINGS = train.TrainSettings()
 # Half the default's steps: the Qwen3.5 model costs about twice as much per step, and 40 steps already make its
-# MTP head draft the whole answer right (its drafts are measured by tests/caovan_manager/demo/test_demo_qwen3_5.py).
+# MTP head draft the whole answer right (its drafts are measured by tests/caovan_demo/test_demo_qwen3_5.py).
 QWEN3_5_SETTINGS = train.TrainSettings(steps=40, warmup=5)
 DEFAULT = "qwen3_next"
 

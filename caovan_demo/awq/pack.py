@@ -7,7 +7,16 @@ from __future__ import annotations
 
 import torch
 
-from .format import BITS, GROUP_SIZE, MAX_Q, PACK, PACK_ORDER, SCALE_DTYPE, AwqFormatError, QuantizedLinear
+from .format import (
+    BITS,
+    GROUP_SIZE,
+    MAX_Q,
+    PACK,
+    PACK_ORDER,
+    SCALE_DTYPE,
+    AwqFormatError,
+    QuantizedLinear,
+)
 
 
 def pack_int4(values: torch.Tensor) -> torch.Tensor:

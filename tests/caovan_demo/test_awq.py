@@ -11,13 +11,19 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from caovan_manager.demo.awq import AwqFormatError, QuantizedLinear, dequantize, quantize_linear, quantize_tensors
-from caovan_manager.demo.awq.checkpoint import dequantize_tensors, quantization_config
-from caovan_manager.demo.awq.format import GROUP_SIZE
-from caovan_manager.demo.awq.pack import pack_int4
-from caovan_manager.demo.awq.reference import unpack_int4
+from caovan_demo.awq import (
+    AwqFormatError,
+    QuantizedLinear,
+    dequantize,
+    quantize_linear,
+    quantize_tensors,
+)
+from caovan_demo.awq.checkpoint import dequantize_tensors, quantization_config
+from caovan_demo.awq.format import GROUP_SIZE
+from caovan_demo.awq.pack import pack_int4
+from caovan_demo.awq.reference import unpack_int4
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _weight(gen: torch.Generator, out_features: int, in_features: int) -> torch.Tensor:

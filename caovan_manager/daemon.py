@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import caovan_kernels
-from caovan_manager.api.security import exposure_warnings
+from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.engine.launch import EngineTarget
-from caovan_manager.engine.process import EXIT_WAIT_S, SIGKILL_WAIT_S, kill_orphaned_engine
+from caovan_manager.engine.process import (
+    EXIT_WAIT_S,
+    SIGKILL_WAIT_S,
+    kill_orphaned_engine,
+)
+from caovan_manager.keys import exposure_warnings
 from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
@@ -33,12 +38,19 @@ from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.proxy.upstream import make_socket_folder, remove_socket_folder
 from caovan_manager.store import Store
 from caovan_manager.supervisor.actor import Supervisor
-from caovan_manager.supervisor.bus import Broadcaster
 from caovan_manager.supervisor.machine import Machine, PluginChoice
-from caovan_manager.supervisor.messages import StartCommand, State, StopCommand
+from caovan_manager.supervisor.messages import StartCommand, StopCommand
 from caovan_manager.supervisor.recent import RecentEvents
+from caovan_manager.supervisor.state import State
 
 logger = logging.getLogger("caovan.daemon")
+
+
+def demo_model(log: Callable[[str], None]) -> Path:
+    """The embedded default's folder, built (trained) on first use and cached."""
+    import caovan_demo  # torch and transformers: imported only when a model is to be built
+
+    return caovan_demo.build(log=log)
 
 
 class Daemon:
@@ -113,7 +125,7 @@ class Daemon:
         for warning in exposure_warnings(self.settings):
             logger.warning("SECURITY: %s (README, Security)", warning)
         await asyncio.to_thread(self.reap_orphans)
-        self.catalog = await asyncio.to_thread(build_catalog, self.settings, log, self.given_target)
+        self.catalog = await asyncio.to_thread(build_catalog, self.settings, lambda: demo_model(log), self.given_target)
         for entry in self.catalog:
             self.masker.add_engine(entry.target.args, engine_environment(
                 self.settings, {**entry.target.env, **os.environ, **entry.target.env_overrides}))

@@ -6,11 +6,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from .messages import Outcome
-
 M = TypeVar("M")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An owner's answer to a command: accepted or not, and why in words for the API's answer."""
+
+    accepted: bool
+    message: str
+    conflict: bool = False  # refused because of the current state (HTTP 409), not because of bad input
 
 
 class Inbox(Generic[M]):

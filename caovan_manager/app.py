@@ -12,19 +12,18 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import Mount
 
 import caovan_kernels
+from caovan_manager.api import control, doctor, logs, metrics, models, plugins, status
+from caovan_manager.api.door import FrontDoor
+from caovan_manager.api.errors import install_error_handlers
+from caovan_manager.api.schemas import DOOR
 from caovan_manager.config import Settings
+from caovan_manager.daemon import Daemon
 from caovan_manager.engine.launch import EngineTarget
-
-from . import control, doctor, logs, metrics, models, plugins, status
-from .daemon import Daemon
-from .door import FrontDoor
-from .errors import install_error_handlers
-from .schemas import DOOR
 
 
 def default_web_dir() -> Path:
     """The dashboard shipped with this package: in a checkout, caovan_manager/web links to the project's web/."""
-    return (Path(__file__).resolve().parents[1] / "web").resolve()
+    return (Path(__file__).resolve().parent / "web").resolve()
 
 
 def create_app(settings: Settings, target: EngineTarget | None = None, autostart: bool = True,

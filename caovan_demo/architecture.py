@@ -5,7 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import PreTrainedConfig, Qwen3NextConfig, Qwen3NextForCausalLM
-from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDecoderLayer, Qwen3NextRMSNorm
+from transformers.models.qwen3_next.modeling_qwen3_next import (
+    Qwen3NextDecoderLayer,
+    Qwen3NextRMSNorm,
+)
 
 # Same family as Qwen3.6 (3 GDN layers then 1 attention layer; grouped value heads), scaled down so that training
 # on two CPU cores takes minutes and the CPU engine starts quickly.

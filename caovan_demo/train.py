@@ -7,7 +7,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from transformers import PreTrainedTokenizerFast, Qwen3NextForCausalLM
 
 from .architecture import MTP_STEPS, MtpHead

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 from transformers import PreTrainedTokenizerFast, Qwen3_5ForConditionalGeneration
+from typer.testing import CliRunner
 
 import caovan_manager.cli.demo_model  # noqa: F401  (registers `caovan demo-model`)
+from caovan_demo import builder, checkpoint_qwen3_5, mtp_eval, qwen3_5_recipe
+from caovan_demo.awq import dequantize_tensors
 from caovan_manager.cli.app import app
-from caovan_manager.demo import builder, checkpoint_qwen3_5, mtp_eval, qwen3_5_recipe
-from caovan_manager.demo.awq import dequantize_tensors
 from tests.support.prompts import EVAL_PROMPTS
 
-REAL = Path(__file__).resolve().parents[2] / "caovan_kernels" / "profile" / "fixtures" / "qwen3_6_27b_awq" / "config.json"
+REAL = Path(__file__).resolve().parents[1] / "caovan_kernels" / "profile" / "fixtures" / "qwen3_6_27b_awq" / "config.json"
 LAYERS = {"linear_attention", "full_attention"}
 
 
@@ -168,7 +168,7 @@ def _naive_drafts(model, mtp, hidden, seq, t, steps):
 
 
 def test_batched_drafter_equals_drafting_round_by_round(gen):
-    from caovan_manager.demo import architecture_qwen3_5
+    from caovan_demo import architecture_qwen3_5
 
     ids = {"eos_token_id": 2, "pad_token_id": 0, "bos_token_id": 0}
     vision = {"image_token_id": 1020, "video_token_id": 1021, "vision_start_token_id": 1022,

@@ -9,7 +9,7 @@ import string
 import pytest
 import torch
 
-from caovan_manager.demo import architecture, builder, checkpoint, corpus, tokenizer, train
+from caovan_demo import architecture, builder, checkpoint, corpus, tokenizer, train
 from tests.support.prompts import EVAL_PROMPTS
 
 
