@@ -16,7 +16,6 @@ from typing import Any
 import caovan_kernels
 from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import Settings, engine_environment
-from caovan_manager.engine.effects import EngineEffects
 from caovan_manager.engine.launch import EngineTarget
 from caovan_manager.engine.process import (
     EXIT_WAIT_S,
@@ -24,7 +23,6 @@ from caovan_manager.engine.process import (
     kill_orphaned_engine,
 )
 from caovan_manager.keys import exposure_warnings
-from caovan_manager.logwatch.sink import LogSink
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.models.catalog import Catalog, build_catalog
@@ -33,13 +31,11 @@ from caovan_manager.models.placement import Preload
 from caovan_manager.models.router import ModelRouter
 from caovan_manager.models.slot import ModelSlot
 from caovan_manager.plugins.store import PluginStore
-from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.proxy.upstream import make_socket_folder, remove_socket_folder
 from caovan_manager.store import Store
-from caovan_manager.supervisor.actor import Supervisor
-from caovan_manager.supervisor.machine import Machine, PluginChoice
-from caovan_manager.supervisor.messages import StartCommand, StopCommand
+from caovan_manager.supervisor.machine import PluginChoice
+from caovan_manager.supervisor.messages import StopCommand
 from caovan_manager.supervisor.recent import RecentEvents
 from caovan_manager.supervisor.state import State
 
@@ -89,34 +85,6 @@ class Daemon:
         """The slot of a model's name or alias (None: the primary); raises UnknownModel."""
         return self.primary if model is None else self.slots[self.catalog.get_named(model).name]
 
-    @property
-    def supervisor(self) -> Supervisor:
-        return self.primary.supervisor
-
-    @property
-    def machine(self) -> Machine:
-        return self.primary.machine
-
-    @property
-    def gate(self) -> Gate:
-        return self.primary.gate
-
-    @property
-    def effects(self) -> EngineEffects:
-        return self.primary.effects
-
-    @property
-    def sink(self) -> LogSink:
-        return self.primary.sink
-
-    @property
-    def target(self) -> EngineTarget:
-        return self.catalog.primary.target
-
-    @property
-    def routed(self) -> bool:
-        return self.catalog.routed
-
     # Life -------------------------------------------------------------------------------------------------------------
 
     async def start(self, log: Callable[[str], None] = logger.info) -> None:
@@ -146,20 +114,21 @@ class Daemon:
         for slot in self.slots.values():
             slot.supervisor.start()
         self.placement.start()
-        if not self.routed:
-            self.primary.supervisor.ready_callbacks.extend(self.ready_callbacks)
-            if self.autostart:
-                self.primary.supervisor.post(StartCommand("daemon started"))
-            else:
-                self.gate.reject("the engine is stopped; POST /start starts it")
-            return
+        # One model is a catalog of one: placement starts what is preloaded (the single engine is) either way. Until
+        # then a stopped engine's requests wait for it to load (a models table) or are refused with how to start it.
         for slot in self.slots.values():
-            slot.gate.idle()
+            if self.catalog.routed:
+                slot.gate.idle()
+            elif not self.autostart:
+                slot.gate.reject("the engine is stopped; POST /start starts it")
+        if not self.catalog.routed:  # the daemon serves once its one engine is ready
+            self.primary.supervisor.ready_callbacks.extend(self.ready_callbacks)
         if self.autostart:
             outcome = await self.placement.command(Preload())
             (logger.info if outcome.accepted else logger.warning)("models: %s", outcome.message)
-        for callback in self.ready_callbacks:
-            callback()
+        if self.catalog.routed:  # the daemon serves now: each model loads on request
+            for callback in self.ready_callbacks:
+                callback()
 
     async def shutdown(self) -> None:
         """Stop every engine (drain, SIGTERM, SIGKILL, checked) and everything else; leaves no process behind."""
@@ -199,9 +168,3 @@ class Daemon:
                                "; ".join(killed))
                 reason += "; killed at the next daemon start"
             self.store.record_run_end(run["run_id"], None, reason)
-
-    def effective_command(self) -> list[str]:
-        return self.primary.effective_command()
-
-    def launch_command(self) -> list[str]:
-        return self.primary.launch_command()

@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from caovan_manager.gpu import gpu_samples
-from caovan_manager.logwatch import events as log
+from caovan_manager.logwatch import events
 from caovan_manager.supervisor.effects import RESTART_CAUSES
 from caovan_manager.supervisor.run import MARKER_KINDS, TensorCore75View
 from caovan_manager.supervisor.state import State, StateChanged
@@ -137,15 +137,15 @@ class ModelMetrics:
             for reason, count in view.kernels.kept_by_reason.items():
                 f.tensorcore75_kernels.labels(name, "kept", reason).set(count)
 
-    def log_event(self, event: log.LogEvent) -> None:
+    def log_event(self, event: events.LogEvent) -> None:
         f, name = self.f, self.name
-        if isinstance(event, log.Throughput):
+        if isinstance(event, events.Throughput):
             f.prompt_tps.labels(name).set(event.prompt_tps)
             f.generation_tps.labels(name).set(event.generation_tps)
             f.running.labels(name).set(event.running)
             f.waiting.labels(name).set(event.waiting)
             f.kv_usage.labels(name).set(event.kv_cache_usage_pct / 100.0)
-        elif isinstance(event, log.SpecDecode):
+        elif isinstance(event, events.SpecDecode):
             if event.acceptance_rate is not None:
                 f.acceptance.labels(name).set(event.acceptance_rate)
             if event.mean_acceptance_length is not None:
@@ -154,13 +154,13 @@ class ModelMetrics:
                 f.position_acceptance.labels(name, str(position)).set(rate)
             f.mtp_accepted.labels(name).inc(max(event.accepted, 0))
             f.mtp_drafted.labels(name).inc(max(event.drafted, 0))
-        elif isinstance(event, log.EngineConfig) and event.mtp_tokens is not None:
+        elif isinstance(event, events.EngineConfig) and event.mtp_tokens is not None:
             f.mtp_tokens.labels(name).set(event.mtp_tokens)
-        elif isinstance(event, log.PluginMtp):
+        elif isinstance(event, events.PluginMtp):
             f.mtp_tokens.labels(name).set(event.tokens)
         if event.kind in MARKER_KINDS:
             f.marker.labels(name, event.kind).set(1)
-        if isinstance(event, log.PluginBanner):
+        if isinstance(event, events.PluginBanner):
             f.plugin.labels(name).info({"version": event.version})
 
 

@@ -31,7 +31,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import bench, start_daemon, stop_daemon, table, wait_ready  # noqa: E402
-from caovan_manager import embedded  # noqa: E402
+from caovan_kernels import contract  # noqa: E402
 from caovan_manager.gpu import gpu_holders, gpu_samples  # noqa: E402
 
 # Beside the demo's arguments: vLLM 0.21's CUDA build here has no FlashInfer GDN prefill.
@@ -86,7 +86,7 @@ def main() -> int:
     lines: list[str] = []
     opts.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="caovan-daemon-gpu-") as tmp:
-        engine_args = [*embedded.engine_args(), *GPU_ARGS, "--max-num-seqs", str(opts.max_num_seqs)]
+        engine_args = [*contract.embedded_engine_args(), *GPU_ARGS, "--max-num-seqs", str(opts.max_num_seqs)]
         daemon, url = start_daemon(str(opts.model), Path(tmp), engine_args, routed=opts.routed)
         try:
             started = time.monotonic()

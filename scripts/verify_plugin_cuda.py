@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from caovan_kernels import contract  # noqa: E402
 from caovan_kernels.contract import DEVICE_STEPS, DISPATCH, REAL_PREFILL  # noqa: E402
 from caovan_kernels.vllm import require_registered  # noqa: E402
-from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
 from tests.support.engine import start_engine, stop_engine  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
@@ -52,12 +52,12 @@ def run(name: str, model: Path, out_dir: Path) -> None:
     require_registered()  # otherwise every engine runs stock: the gdncore run would only fail compare
     # Triton GDN prefill: the CUDA build of vLLM 0.21 has no FlashInfer GDN prefill installed here.
     config = {**CONFIGS[name], "gdn_prefill_backend": "triton"}
-    args = embedded.engine_args() + GPU_ARGS + ["--additional-config", json.dumps(config)]
+    args = contract.embedded_engine_args() + GPU_ARGS + ["--additional-config", json.dumps(config)]
     out_dir.mkdir(parents=True, exist_ok=True)
     log_path = out_dir / f"{name}.log"
     engine = start_engine(model, args, {}, log_path, timeout_s=540)
     try:
-        result = greedy_run(engine, embedded.SERVED_MODEL_NAME, EVAL_PROMPTS, MAX_TOKENS)
+        result = greedy_run(engine, contract.EMBEDDED_SERVED_MODEL_NAME, EVAL_PROMPTS, MAX_TOKENS)
     finally:
         stop_engine(engine)
     (out_dir / f"{name}.json").write_text(json.dumps({**asdict(result), "versions": _versions()}))

@@ -29,7 +29,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.proxy_bench import free_port, stop_daemon  # noqa: E402
-from caovan_manager import embedded  # noqa: E402
+from caovan_kernels import contract  # noqa: E402
 from caovan_manager.gpu import gpu_holders, gpu_samples  # noqa: E402
 from caovan_manager.models.catalog import without_served_name  # noqa: E402
 
@@ -43,7 +43,7 @@ ENGINE_STATES_DOWN = {"sleep": "asleep", "stop": "stopped"}
 
 def engine_args() -> list[str]:
     """The demo's vLLM arguments and GPU_ARGS, less the served name (the daemon names each entry's engine)."""
-    return [*without_served_name(embedded.engine_args()), *GPU_ARGS]
+    return [*without_served_name(contract.embedded_engine_args()), *GPU_ARGS]
 
 
 def config_text(model: Path, state_dir: Path, port: int, sleep: bool) -> str:

@@ -18,8 +18,8 @@ import random
 import hypothesis
 import pytest
 
-from caovan_manager import embedded
 from caovan_demo import build
+from caovan_kernels import contract
 from tests.support.engine import Engine, start_engine, stop_engine
 
 pytest_plugins = ("tests.support.random_inputs",)
@@ -137,6 +137,6 @@ def qwen3_5_awq_dir(qwen3_5_model_dir: Path) -> Path:
 def engine(demo_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Engine:
     """One real vLLM CPU engine on the demo model with MTP=3, shared by the whole session."""
     log_path = tmp_path_factory.mktemp("engine") / "engine.log"
-    running = start_engine(demo_model_dir, embedded.engine_args(), embedded.engine_env(), log_path)
+    running = start_engine(demo_model_dir, contract.embedded_engine_args(), contract.embedded_engine_env(), log_path)
     yield running
     stop_engine(running)

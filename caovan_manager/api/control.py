@@ -36,14 +36,14 @@ class ControlRequest(BaseModel):
 async def decide(request: Request, command: Command) -> JSONResponse:
     daemon = request.app.state.daemon
     command = daemon.masker.deep(command)  # its reason is recorded and shown
-    if daemon.routed and type(command) in PLACED:
+    if daemon.catalog.routed and type(command) in PLACED:
         # With several models, what runs where is placement's decision (in its own loop): a start, or a restart of an
         # engine that is not loaded, may have to stop a model that shares the primary's GPUs.
         message = PLACED[type(command)](daemon.catalog.primary.name, command.reason)
         outcome = await daemon.placement.command(message)
     else:
-        outcome = await daemon.supervisor.command(command)
-    return decision(daemon.machine.state.value, outcome)
+        outcome = await daemon.primary.supervisor.command(command)
+    return decision(daemon.primary.machine.state.value, outcome)
 
 
 def decision(state: str, outcome: Outcome) -> JSONResponse:

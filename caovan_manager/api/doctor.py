@@ -43,9 +43,9 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
     if executable is None:
         return {"source": "daemon", "note": f"{DOCTOR_COMMAND} is not installed; these are the daemon's own checks",
                 "checks": daemon_checks(daemon)}
-    site = daemon.plugins.site_dir(daemon.machine.active_version)
+    site = daemon.plugins.site_dir(daemon.primary.machine.active_version)
     # The engine's environment as a run of it would have it (the socket is named, never opened).
-    spec = build_launch(daemon.settings, daemon.target, daemon.socket_folder / "doctor.sock",
+    spec = build_launch(daemon.settings, daemon.primary.entry.target, daemon.socket_folder / "doctor.sock",
                         daemon.settings.state_dir / "run", site)
     spec.cwd.mkdir(parents=True, exist_ok=True)  # the engine's run folder: absent until its first start
     process = await asyncio.create_subprocess_exec(

@@ -27,7 +27,7 @@ PLACEMENT = {"status_code": 202, "response_model": ControlResult,
             response_model=ModelList)
 async def list_models(request: Request) -> dict[str, Any]:
     daemon = request.app.state.daemon
-    return {"routed": daemon.routed, "fairness_s": daemon.settings.swap.fairness_s, "models": model_documents(daemon)}
+    return {"routed": daemon.catalog.routed, "fairness_s": daemon.settings.swap.fairness_s, "models": model_documents(daemon)}
 
 
 async def place(request: Request, name: str, message: type[Load] | type[Unload], reason: str) -> JSONResponse:

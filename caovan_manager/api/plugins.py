@@ -22,7 +22,7 @@ BUNDLED = "bundled"
 @router.get("/plugins", summary="Installed plugin versions, the active one, activation history")
 async def list_plugins(request: Request) -> dict[str, Any]:
     daemon = request.app.state.daemon
-    m = daemon.machine
+    m = daemon.primary.machine
     active = m.active_version
     versions = [{**meta, "active": meta["version"] == active} for meta in daemon.plugins.versions()]
     return {

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from caovan_kernels.contract import TensorCore75Counts
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -83,19 +85,12 @@ class MarkerRow(Strict):
     text: str | None
 
 
-class TensorCore75Kernels(Strict):
-    total: int
-    retargeted: int
-    kept: int
-    kept_by_reason: dict[str, int]
-
-
 class TensorCore75State(Strict):
     state: str | None
     triton: str | None
     mode: str | None
     detail: str | None
-    kernels: TensorCore75Kernels | None
+    kernels: TensorCore75Counts | None  # the count line's fields, as the contract defines them
 
 
 class HangDetectorView(Strict):

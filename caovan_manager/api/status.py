@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
@@ -18,34 +19,33 @@ from .schemas import Health, Readiness, StatusDocument
 
 if TYPE_CHECKING:  # the composition root sits above the routers; they read it from app.state
     from caovan_manager.daemon import Daemon
+    from caovan_manager.models.slot import ModelSlot
 
 router = APIRouter(tags=["status"])
 
 
 def status_document(daemon: Daemon) -> dict[str, Any]:
-    m = daemon.machine
+    """The primary model in full (the one engine without a models table, the table's first entry with one), then every
+    model in brief under `models`."""
+    primary = daemon.primary
+    m = primary.machine
     now = time.monotonic()
     run = m.run
     act = m.activation
     return {
-        "state": m.state.value,
-        "reason": m.reason,
-        "state_seconds": round(now - m.state_since, 1),
+        **engine_state(primary, now),
         "daemon": {"pid": os.getpid(), "uptime_s": round(time.time() - daemon.started_at, 1)},
         "engine": None if run is None else {
-            "run_id": run.run_id,
+            **run_facts(primary),
             "alive": m.state not in (State.STOPPED, State.BACKOFF, State.FAILED),
-            "pid": run.pid,
-            "address": daemon.effects.engine_address(run.run_id) if daemon.effects else None,
             "uptime_s": round(now - run.started_at, 1),
-            "ready_s": None if run.ready_at is None else round(run.ready_at - run.started_at, 1),
             "vllm_version": run.engine_version,
             "mtp_tokens": run.mtp_tokens,
         },
-        "model": daemon.target.model,
-        "embedded_default": daemon.target.embedded,
-        "command": daemon.effective_command(),
-        "launch": launch_document(run, daemon.launch_command()),
+        "model": primary.entry.target.model,
+        "embedded_default": primary.entry.target.embedded,
+        "command": primary.effective_command(),
+        "launch": launch_document(run, primary.launch_command()),
         "plugin": {
             "active_version": m.active_version,
             "bundled_version": daemon.bundled_version,
@@ -63,8 +63,24 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "activation": None if act is None else {
             "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
             "baseline": act.baseline.as_dict() if act.baseline else None},
-        "proxy": proxy_document(daemon.gate),
+        "proxy": proxy_document(primary.gate),
         "models": model_documents(daemon),
+    }
+
+
+def engine_state(slot: ModelSlot, now: float) -> dict[str, Any]:
+    m = slot.machine
+    return {"state": m.state.value, "reason": m.reason, "state_seconds": round(now - m.state_since, 1)}
+
+
+def run_facts(slot: ModelSlot) -> dict[str, Any]:
+    """The current run's id, process, address and start-up time (all None without a run)."""
+    run = slot.machine.run
+    return {
+        "run_id": run.run_id if run else None,
+        "pid": run.pid if run else None,
+        "address": slot.effects.engine_address(run.run_id) if run else None,
+        "ready_s": None if not run or run.ready_at is None else round(run.ready_at - run.started_at, 1),
     }
 
 
@@ -77,15 +93,11 @@ def model_documents(daemon: Daemon) -> list[dict[str, Any]]:
     now = time.monotonic()
     rows = []
     for name, slot in daemon.slots.items():
-        m, entry = slot.machine, slot.entry
+        entry = slot.entry
         placed = daemon.placement.placement.slots[name]
         rows.append({
             "name": name, "aliases": list(entry.aliases), "gpus": None if entry.gpus is None else sorted(entry.gpus),
-            "model": entry.target.model, "state": m.state.value, "reason": m.reason,
-            "state_seconds": round(now - m.state_since, 1),
-            "run_id": m.run.run_id if m.run else None, "pid": m.run.pid if m.run else None,
-            "address": slot.effects.engine_address(m.run.run_id) if m.run else None,
-            "ready_s": None if not m.run or m.run.ready_at is None else round(m.run.ready_at - m.run.started_at, 1),
+            "model": entry.target.model, **engine_state(slot, now), **run_facts(slot),
             "ttl_s": entry.ttl_s, "preload": entry.preload,
             "last_used": None if placed.last_request is None else round(time.time() - (now - placed.last_request), 1),
             "swaps": placed.swaps_in,
@@ -124,8 +136,7 @@ def tensorcore75_document(run: Run | None) -> dict[str, Any] | None:
         "triton": None if status is None else status.triton,
         "mode": None if status is None else status.mode,
         "detail": None if status is None else status.detail,
-        "kernels": None if kernels is None else {"total": kernels.total, "retargeted": kernels.retargeted,
-                                                 "kept": kernels.kept, "kept_by_reason": dict(kernels.kept_by_reason)},
+        "kernels": None if kernels is None else asdict(kernels),
     }
 
 
@@ -143,6 +154,6 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", summary="200 when the engine serves requests, else 503 with the state",
             response_model=Readiness, responses={503: {"model": Readiness, "description": "the engine is not ready"}})
 async def readyz(request: Request) -> JSONResponse:
-    m = request.app.state.daemon.machine
+    m = request.app.state.daemon.primary.machine
     ready = m.state is State.READY
     return JSONResponse({"ready": ready, "state": m.state.value, "reason": m.reason}, status_code=200 if ready else 503)

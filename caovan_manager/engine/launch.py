@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import caovan_kernels
-from caovan_manager import embedded
+from caovan_kernels import contract
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.errors import ConfigError
 
@@ -40,8 +40,8 @@ def resolve_target(settings: Settings, embedded_model: Callable[[], Path] | None
     if embedded_model is None:
         raise ConfigError("no model is configured: give one (`caovan serve MODEL`, engine.model or a models table)")
     model_dir = embedded_model()
-    return EngineTarget(str(model_dir), embedded.engine_args() + list(settings.engine.args),
-                        embedded.engine_env(), embedded=True)
+    return EngineTarget(str(model_dir), contract.embedded_engine_args() + list(settings.engine.args),
+                        contract.embedded_engine_env(), embedded=True)
 
 
 def bundled_root() -> Path:

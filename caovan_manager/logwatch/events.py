@@ -148,25 +148,17 @@ class PluginDeviceSteps(LogEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class TensorCore75Status(LogEvent):
-    """One engine process's TensorCore75 verdict: sm_75 tensor-core retargeting active or off, and why."""
+class TensorCore75Status(LogEvent, contract.TensorCore75Verdict):
+    """One engine process's TensorCore75 verdict (its fields are the contract's)."""
 
     kind: ClassVar[str] = contract.TENSORCORE75_STATUS.kind
-    active: bool
-    triton: str
-    mode: str
-    detail: str
 
 
 @dataclass(frozen=True, slots=True)
-class TensorCore75Kernels(LogEvent):
-    """One process's compiled-kernel counts: retargeted to tensor cores, kept on FMA (by reason)."""
+class TensorCore75Kernels(LogEvent, contract.TensorCore75Counts):
+    """One process's compiled-kernel counts (its fields are the contract's)."""
 
     kind: ClassVar[str] = contract.TENSORCORE75_KERNELS.kind
-    total: int
-    retargeted: int
-    kept: int
-    kept_by_reason: dict[str, int]
 
 
 @dataclass(frozen=True, slots=True)

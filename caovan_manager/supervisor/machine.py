@@ -27,7 +27,7 @@ from caovan_kernels import contract
 from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import PluginSettings, SupervisorSettings
 from caovan_manager.inbox import Outcome
-from caovan_manager.logwatch import events as log
+from caovan_manager.logwatch import events
 
 from .activation import Activation, regression
 from .effects import Effects
@@ -97,7 +97,7 @@ class Machine:
         self.failures = 0
         self.restarts = 0
         self.after_stop: AfterStop = "stop"
-        self.latest: dict[str, log.LogEvent] = {}
+        self.latest: dict[str, events.LogEvent] = {}
         self.state_since = clock()
         # Run ids are unique across the daemon's models (their log files and store rows share one space).
         counter = iter(range(first_run_id, 2**62))

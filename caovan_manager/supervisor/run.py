@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from caovan_kernels import contract
-from caovan_manager.logwatch import events as log
+from caovan_manager.logwatch import events
 
 MARKER_KINDS = tuple(marker.kind for marker in contract.RUN_MARKERS)
 TENSORCORE75_KINDS = (contract.TENSORCORE75_STATUS.kind, contract.TENSORCORE75_KERNELS.kind)
@@ -20,14 +20,14 @@ class TensorCore75View:
     """TensorCore75 over the engine's processes (each prints its own lines): active if any process is, and the
     counts of the process that compiled the most kernels."""
 
-    status: log.TensorCore75Status | None = None
-    kernels: log.TensorCore75Kernels | None = None
+    status: events.TensorCore75Status | None = None
+    kernels: events.TensorCore75Kernels | None = None
 
-    def take(self, event: log.LogEvent) -> None:
-        if isinstance(event, log.TensorCore75Status):
+    def take(self, event: events.LogEvent) -> None:
+        if isinstance(event, events.TensorCore75Status):
             if self.status is None or event.active or not self.status.active:
                 self.status = event
-        elif isinstance(event, log.TensorCore75Kernels):
+        elif isinstance(event, events.TensorCore75Kernels):
             if self.kernels is None or event.total >= self.kernels.total:
                 self.kernels = event
 
@@ -44,20 +44,20 @@ class Run:
     ready_at: float | None = None
     returncode: int | None = None
     last_fatal: str | None = None
-    markers: dict[str, log.LogEvent] = field(default_factory=dict)  # the latest of each kind of RUN_MARKERS
+    markers: dict[str, events.LogEvent] = field(default_factory=dict)  # the latest of each kind of RUN_MARKERS
     engine_version: str | None = None
     mtp_tokens: int | None = None
-    launch: log.LaunchDecisions | None = None  # caovan-vllm-serve's decisions line: the effective command
+    launch: events.LaunchDecisions | None = None  # caovan-vllm-serve's decisions line: the effective command
     tensorcore75: TensorCore75View = field(default_factory=TensorCore75View)
 
-    def take(self, event: log.LogEvent) -> None:
+    def take(self, event: events.LogEvent) -> None:
         """Fold one of the run's log events into its facts (events that are no run fact are ignored)."""
-        if isinstance(event, log.Fatal):
+        if isinstance(event, events.Fatal):
             self.last_fatal = f"{event.fatal_kind}: {event.message}"
-        elif isinstance(event, log.EngineConfig):
+        elif isinstance(event, events.EngineConfig):
             self.engine_version = event.version
             self.mtp_tokens = event.mtp_tokens
-        elif isinstance(event, log.LaunchDecisions):
+        elif isinstance(event, events.LaunchDecisions):
             self.launch = event
         elif event.kind in TENSORCORE75_KINDS:
             self.tensorcore75.take(event)
@@ -71,10 +71,10 @@ class Run:
     @property
     def banner_version(self) -> str | None:
         banner = self.markers.get(contract.BANNER.kind)
-        return banner.version if isinstance(banner, log.PluginBanner) else None
+        return banner.version if isinstance(banner, events.PluginBanner) else None
 
 
-def _marker_value(event: log.LogEvent) -> Any:
+def _marker_value(event: events.LogEvent) -> Any:
     values = event.values()
     if not values:
         return True

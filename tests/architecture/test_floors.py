@@ -22,7 +22,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("caovan_demo",),
     # The daemon: generic pieces at the ground, the composition root and the CLI at the top.
     ("caovan_manager", "caovan_manager.errors", "caovan_manager.masking", "caovan_manager.broadcaster",
-     "caovan_manager.inbox", "caovan_manager.gpu", "caovan_manager.embedded"),
+     "caovan_manager.inbox", "caovan_manager.gpu"),
     ("caovan_manager.config",),
     ("caovan_manager.store", "caovan_manager.keys"),
     ("caovan_manager.logwatch", "caovan_manager.plugins"),

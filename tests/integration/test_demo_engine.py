@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from caovan_demo import corpus
-from caovan_manager import embedded
+from caovan_kernels import contract
 from tests.support.engine import Engine
 from tests.support.prompts import EVAL_PROMPTS
 
@@ -26,14 +26,14 @@ def _chat(prompt: str) -> list[dict]:
 
 
 def test_non_streaming_chat_answers_with_the_learned_text(client):
-    reply = client.chat.completions.create(model=embedded.SERVED_MODEL_NAME, messages=_chat("Hello!"),
+    reply = client.chat.completions.create(model=contract.EMBEDDED_SERVED_MODEL_NAME, messages=_chat("Hello!"),
                                            max_tokens=24, temperature=0)
     assert reply.usage.completion_tokens == 24
     assert corpus.ANSWER.startswith(reply.choices[0].message.content.strip())
 
 
 def test_streaming_equals_non_streaming(client):
-    kwargs = dict(model=embedded.SERVED_MODEL_NAME, messages=_chat("Tell me about rivers"), max_tokens=40,
+    kwargs = dict(model=contract.EMBEDDED_SERVED_MODEL_NAME, messages=_chat("Tell me about rivers"), max_tokens=40,
                   temperature=0)
     whole = client.chat.completions.create(**kwargs).choices[0].message.content
     pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(stream=True, **kwargs)
@@ -49,7 +49,7 @@ def test_mtp_acceptance_over_ten_prompts_from_engine_counters(client, engine):
              "vllm:spec_decode_num_draft_tokens_total")
     before = [engine.metric_sum(n) for n in names]
     for prompt in EVAL_PROMPTS:
-        reply = client.chat.completions.create(model=embedded.SERVED_MODEL_NAME, messages=_chat(prompt),
+        reply = client.chat.completions.create(model=contract.EMBEDDED_SERVED_MODEL_NAME, messages=_chat(prompt),
                                                max_tokens=128, temperature=0)
         assert reply.usage.completion_tokens == 128
     drafts, accepted, drafted = (engine.metric_sum(n) - b for n, b in zip(names, before))
@@ -67,7 +67,7 @@ THROUGHPUT_LINE = re.compile(r"Avg prompt throughput: ([\d.]+) tokens/s, Avg gen
 
 
 def test_log_has_spec_decoding_and_throughput_lines(client, engine):
-    client.chat.completions.create(model=embedded.SERVED_MODEL_NAME, messages=_chat("Good evening"),
+    client.chat.completions.create(model=contract.EMBEDDED_SERVED_MODEL_NAME, messages=_chat("Good evening"),
                                    max_tokens=64, temperature=0)
     # vLLM logs its stats every 10 s while requests flow.
     deadline = time.monotonic() + 30

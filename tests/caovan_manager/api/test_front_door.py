@@ -90,7 +90,7 @@ def test_a_cross_site_form_or_simple_fetch_cannot_act_on_a_daemon_without_keys(t
     """The default configuration (no keys): what any web page open in the operator's browser can send."""
     with served_daemon(tmp_path) as served:
         port = int(served.url.rsplit(":", 1)[1])
-        machine = served.daemon.machine
+        machine = served.daemon.primary.machine
         before = (machine.state, machine.run)
         browser_forms = [
             # a <form method=post> from another site: urlencoded, empty body, the page's Origin

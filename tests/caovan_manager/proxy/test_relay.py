@@ -86,7 +86,7 @@ def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
     with served_daemon(tmp_path, proxy={"read_timeout_s": 0.5}) as served:
         engine = SilentEngine()
         upstream = engine.start(served, tmp_path / "silent.sock")
-        served.call(served.daemon.gate.open, upstream)
+        served.call(served.daemon.primary.gate.open, upstream)
         started = time.monotonic()
         response = httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=30)
         waited = time.monotonic() - started
@@ -97,14 +97,14 @@ def test_an_engine_silent_past_the_read_timeout_gets_a_clear_502(tmp_path):
         assert engine.requests_seen == 1
         # The abandoned request's connection is closed (vLLM would abort it) and its place at the gate is free.
         assert served.wait_for(lambda: engine.closed_by_peer == 1), "the engine connection was left open"
-        assert served.call(lambda: served.daemon.gate.in_flight) == 0
+        assert served.call(lambda: served.daemon.primary.gate.in_flight) == 0
         assert served.requests_counted("502") == 1
 
 
 def test_a_stream_is_relayed_event_by_event_as_the_engine_sends_it(tmp_path):
     with served_daemon(tmp_path) as served:
         engine = PacedEngine()
-        served.call(served.daemon.gate.open, engine.start(served, tmp_path / "paced.sock"))
+        served.call(served.daemon.primary.gate.open, engine.start(served, tmp_path / "paced.sock"))
         received: list[bytes] = []
         with httpx.stream("POST", f"{served.url}/v1/chat/completions", json={**CHAT, "stream": True},
                           timeout=httpx.Timeout(30, read=5)) as response:
@@ -124,7 +124,7 @@ def test_a_stream_is_relayed_event_by_event_as_the_engine_sends_it(tmp_path):
 
 def test_a_client_that_leaves_the_queue_frees_its_place(tmp_path):
     with served_daemon(tmp_path, proxy={"queue_size": 1, "queue_wait_s": 60}) as served:
-        gate = served.daemon.gate
+        gate = served.daemon.primary.gate
         served.call(gate.hold, "the engine is restarting (test)")
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=httpx.Timeout(30, read=0.5))
@@ -151,7 +151,7 @@ def timed_post(served: ServedDaemon) -> tuple[httpx.Response, float]:
 def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_all(tmp_path):
     # The engine just crashed: the gate is still open on its dead port until the supervisor notices and holds.
     with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
-        gate = served.daemon.gate
+        gate = served.daemon.primary.gate
         served.call(gate.open, dead_engine(served, tmp_path))
         served.call(lambda: served.loop.call_later(0.5, gate.hold, "the engine is restarting (test)"))
         response, waited = timed_post(served)
@@ -163,7 +163,7 @@ def test_a_request_meeting_a_dead_engine_then_the_queue_waits_queue_wait_s_in_al
 def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_s_in_all(tmp_path):
     # Queued while the engine restarts; the gate opens on an engine that dies at once, then holds again.
     with served_daemon(tmp_path, proxy={"queue_wait_s": 1}) as served:
-        gate = served.daemon.gate
+        gate = served.daemon.primary.gate
         served.call(gate.hold, "the engine is restarting (test)")
         upstream = dead_engine(served, tmp_path)
 
