@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ MTP_DEFAULT = 3  # draft tokens AutoSpec picks when nothing limits it, on CPU an
 # and the daemon reads the effective command of the decisions line to know which one it got.
 SLEEP_MODE_FLAG = "--enable-sleep-mode"
 
-# Variables of the seed's FlashQLA era: the doctor warns about them, the daemon keeps them out of the engine.
+# Variables of the retired FlashQLA path: the doctor warns about them, the daemon keeps them out of the engine.
 STALE_ENV_PREFIXES: tuple[str, ...] = ("CAOVAN_FLASHQLA_",)
 
 # The embedded default (vLLM's CPU build, the demo model). What the launch profile decides on a CPU (bfloat16, MTP,
@@ -38,8 +38,8 @@ EMBEDDED_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE: the demo model needs little
 
 
 def cache_dir() -> Path:
-    """Caovan's cache (demo models, the inspected vLLM's abilities, plugin builds): CAOVAN_CACHE_DIR, the seed's
-    variable, else ~/.cache/caovan."""
+    """Caovan's cache (demo models, the inspected vLLM's abilities, plugin builds): CAOVAN_CACHE_DIR (the
+    plugin's variable too), else ~/.cache/caovan."""
     return Path(os.environ.get("CAOVAN_CACHE_DIR") or Path.home() / ".cache" / "caovan")
 
 
@@ -89,29 +89,63 @@ def device_steps_line(steps: int) -> str:
     return f"{DEVICE_STEPS}: {steps} (first GDN layer, CUDA graph replays included)"
 
 
+@dataclass(frozen=True, slots=True)
+class TensorCore75Verdict:
+    """The facts of TensorCore75's status line, once per engine process: whether sm_75 tensor-core retargeting is on,
+    with which Triton (`none` when Triton is not importable), in which mode, and why (free text). The daemon's event,
+    /status and metrics take these fields from here."""
+
+    active: bool
+    triton: str
+    mode: str
+    detail: str
+
+    def line(self) -> str:
+        if self.mode not in TENSORCORE75_MODES:
+            raise ValueError(f"TensorCore75 mode {self.mode!r} is not one of {', '.join(TENSORCORE75_MODES)}")
+        if not re.fullmatch(r"\S+", self.triton or ""):
+            raise ValueError(f"TensorCore75 triton version {self.triton!r} must be one word (`none` without Triton)")
+        state = "ACTIVE" if self.active else "off"
+        return f"{TENSORCORE75} {state} triton={self.triton} mode={self.mode}: {_one_line(self.detail)}"
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCore75Counts:
+    """The facts of TensorCore75's count line, at 1, 10, 100, ... kernels compiled in one process: how many were
+    retargeted to sm_75 tensor cores and how many kept on FMA, by reason (lowercase words with underscores). The
+    daemon's event, /status and metrics take these fields from here."""
+
+    total: int
+    retargeted: int
+    kept: int
+    kept_by_reason: dict[str, int]
+
+    @classmethod
+    def of(cls, retargeted: int, kept: Mapping[str, int]) -> TensorCore75Counts:
+        for reason, count in kept.items():
+            if not REASON_KEY.fullmatch(reason):
+                raise ValueError(f"TensorCore75 kept reason {reason!r} must be lowercase words joined by underscores")
+            if count < 0:
+                raise ValueError(f"TensorCore75 kept count for {reason} is negative ({count})")
+        if retargeted < 0:
+            raise ValueError(f"TensorCore75 retargeted count is negative ({retargeted})")
+        kept_total = sum(kept.values())
+        return cls(retargeted + kept_total, retargeted, kept_total, dict(kept))
+
+    def line(self) -> str:
+        reasons = " ".join(f"{reason}={self.kept_by_reason[reason]}" for reason in sorted(self.kept_by_reason))
+        return (f"{TENSORCORE75} kernels={self.total} retargeted={self.retargeted} kept={self.kept} "
+                f"({reasons})")
+
+
 def tensorcore75_status_line(active: bool, triton: str, mode: str, detail: str) -> str:
-    """Once per engine process: whether sm_75 tensor-core retargeting is on, with which Triton (`none` when Triton
-    is not importable), in which mode, and why (free text to the end of the line)."""
-    if mode not in TENSORCORE75_MODES:
-        raise ValueError(f"TensorCore75 mode {mode!r} is not one of {', '.join(TENSORCORE75_MODES)}")
-    if not re.fullmatch(r"\S+", triton or ""):
-        raise ValueError(f"TensorCore75 triton version {triton!r} must be one word (`none` without Triton)")
-    return f"{TENSORCORE75} {'ACTIVE' if active else 'off'} triton={triton} mode={mode}: {_one_line(detail)}"
+    """TensorCore75Verdict's line."""
+    return TensorCore75Verdict(active, triton, mode, detail).line()
 
 
 def tensorcore75_count_line(retargeted: int, kept: Mapping[str, int]) -> str:
-    """At 1, 10, 100, ... kernels compiled in one process: how many were retargeted to sm_75 tensor cores and how
-    many kept on FMA, by reason (lowercase words with underscores)."""
-    for reason, count in kept.items():
-        if not REASON_KEY.fullmatch(reason):
-            raise ValueError(f"TensorCore75 kept reason {reason!r} must be lowercase words joined by underscores")
-        if count < 0:
-            raise ValueError(f"TensorCore75 kept count for {reason} is negative ({count})")
-    if retargeted < 0:
-        raise ValueError(f"TensorCore75 retargeted count is negative ({retargeted})")
-    kept_total = sum(kept.values())
-    reasons = " ".join(f"{reason}={kept[reason]}" for reason in sorted(kept))
-    return f"{TENSORCORE75} kernels={retargeted + kept_total} retargeted={retargeted} kept={kept_total} ({reasons})"
+    """TensorCore75Counts' line."""
+    return TensorCore75Counts.of(retargeted, kept).line()
 
 
 def tensorcore75_autotune_line(kernel: str, configs: int, timed: int, same_code: int, spilling: int) -> str:
@@ -191,14 +225,13 @@ STEPS = Marker(
 TENSORCORE75_STATUS = Marker(
     "tensorcore75_status", "TensorCore75",
     re.compile(re.escape(TENSORCORE75) + r" (ACTIVE|off) triton=(\S+) mode=(\w+): ?(.*)$"),
-    lambda m: {"active": m.group(1) == "ACTIVE", "triton": m.group(2), "mode": m.group(3), "detail": m.group(4)},
+    lambda m: asdict(TensorCore75Verdict(m.group(1) == "ACTIVE", m.group(2), m.group(3), m.group(4))),
     lambda v: f"{'ACTIVE' if v['active'] else 'off'} (triton {v['triton']}, mode {v['mode']}): {v['detail']}")
 TENSORCORE75_KERNELS = Marker(
     "tensorcore75_kernels", "TensorCore75 kernels",
     re.compile(re.escape(TENSORCORE75) + r" kernels=(\d+) retargeted=(\d+) kept=(\d+) \(((?:[a-z][a-z0-9_]*=\d+"
                r"(?: [a-z][a-z0-9_]*=\d+)*)?)\)"),
-    lambda m: {"total": int(m.group(1)), "retargeted": int(m.group(2)), "kept": int(m.group(3)),
-               "kept_by_reason": _kept(m.group(4))},
+    lambda m: asdict(TensorCore75Counts(int(m.group(1)), int(m.group(2)), int(m.group(3)), _kept(m.group(4)))),
     lambda v: f"{v['retargeted']} of {v['total']} retargeted, {v['kept']} kept")
 
 # Most specific first: the GDNCore line's reason text mentions caovan_mode=..., which is not the mode marker.

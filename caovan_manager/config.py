@@ -272,7 +272,7 @@ class Settings(BaseSettings):
 class _PrefixedEnv(PydanticBaseSettingsSource):
     """CAOVAN_* variables for the daemon's own fields only.
 
-    The seed's variables share the prefix (CAOVAN_REQUIRE_TURBO3, CAOVAN_CACHE_DIR, CAOVAN_FLASHQLA_*) and belong to
+    The plugin's own variables share the prefix (CAOVAN_REQUIRE_TURBO3, CAOVAN_CACHE_DIR, CAOVAN_FLASHQLA_*) and belong to
     the engine, so an unknown CAOVAN_ name is ignored here instead of failing `extra="forbid"`."""
 
     def __init__(self, settings_cls: type[BaseSettings]) -> None:
@@ -331,7 +331,7 @@ def _explain(exc: ValidationError, config_file: Path | None) -> str:
 # The engine's environment ------------------------------------------------------------------------------------------
 
 def engine_environment(settings: Settings, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The engine's environment: the daemon's own, minus stale variables, plus the seed launch script's defaults."""
+    """The engine's environment: the daemon's own, minus stale variables, plus the plugin's launch defaults."""
     env = {name: value for name, value in (os.environ if base is None else base).items()
            if not name.startswith(STALE_ENV_PREFIXES) and not _is_daemon_variable(name)}
     user = _user_name()

@@ -170,7 +170,7 @@ class EngineEffects:
                 await probe.smoke_completion(run.client, sup.smoke_prompt, sup.smoke_max_tokens)
                 self.post(ReadyProbe(run.run_id, ok=True))
                 return
-            except (httpx.HTTPError, probe.ProbeError, ValueError, KeyError) as exc:
+            except probe.UNUSABLE_ANSWER as exc:
                 error = str(exc) or type(exc).__name__
                 await asyncio.sleep(sup.ready_poll_s)
         self.post(ReadyProbe(run.run_id, ok=False, detail=error))
@@ -213,7 +213,7 @@ class EngineEffects:
                           report: type[Slept] | type[Woke]) -> None:
         try:
             await call(run.client, self.settings.supervisor.sleep_timeout_s)
-        except (httpx.HTTPError, probe.ProbeError) as exc:
+        except probe.NO_ANSWER as exc:
             self.post(report(run.run_id, ok=False, detail=str(exc) or type(exc).__name__))
             return
         self.post(report(run.run_id, ok=True))
@@ -251,7 +251,7 @@ class EngineEffects:
         plugins = self.settings.plugins
         try:
             result = await probe.benchmark(run.client, plugins.verify_requests, plugins.verify_max_tokens)
-        except (httpx.HTTPError, probe.ProbeError, ValueError, KeyError) as exc:
+        except probe.UNUSABLE_ANSWER as exc:
             self.post(Measured(run.run_id, None, error=str(exc) or type(exc).__name__))
             return
         self.post(Measured(run.run_id, result))

@@ -12,6 +12,11 @@ from caovan_manager.supervisor.messages import Measurement
 
 BENCH_PROMPTS = ["Hello!", "Count from one to ten.", "Name five animals.", "Good morning, who are you?"]
 
+# How a call to the engine can fail: no usable HTTP answer, or an answer that says it did not do it.
+NO_ANSWER = (httpx.HTTPError, ProbeError)
+# ... or, for calls whose answer is read (a completion, a benchmark), a body that is not the JSON expected.
+UNUSABLE_ANSWER = (*NO_ANSWER, ValueError, KeyError)
+
 
 async def served_model(client: httpx.AsyncClient) -> str:
     response = await client.get("/v1/models")

@@ -48,6 +48,8 @@ DROP_REQUEST = {b"host", b"content-length", b"connection", b"keep-alive", b"tran
 DROP_RESPONSE = {b"content-length", b"connection", b"keep-alive", b"transfer-encoding", b"content-encoding",
                  b"server", b"date"}
 RECONNECT_PAUSE_S = 0.25
+# How a relayed exchange with the engine can fail (answered 502, or an error event in a started stream).
+ENGINE_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError)
 
 
 class OpenAIRelay:
@@ -158,7 +160,7 @@ class _Exchange:
             return
         try:
             content = await response.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except ENGINE_FAILURES as exc:
             await self.error(502, _failure(exc), "engine_error")
             return
         headers.append((b"content-length", str(len(content)).encode()))
@@ -203,7 +205,7 @@ class _Exchange:
                                      "engine_unavailable", {"Retry-After": str(gate.retry_after_s)})
                     return False
                 await asyncio.sleep(min(RECONNECT_PAUSE_S, remaining))
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except ENGINE_FAILURES as exc:
                 await self.error(502, _failure(exc), "engine_error")
                 return False
 
@@ -223,7 +225,7 @@ class _Exchange:
                         time.perf_counter() - self.started)
                     first = False
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except ENGINE_FAILURES as exc:
             self.status = "502"
             error = {"error": {"message": _failure(exc), "type": "engine_error", "code": 502}}
             await send({"type": "http.response.body", "body": f"data: {json.dumps(error)}\n\n".encode(),
