@@ -34,7 +34,7 @@ from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.proxy.upstream import make_socket_folder, remove_socket_folder
 from caovan_manager.store import Store
-from caovan_manager.supervisor.machine import PluginChoice
+from caovan_manager.supervisor.activation import PluginChoice
 from caovan_manager.supervisor.messages import StopCommand
 from caovan_manager.supervisor.recent import RecentEvents
 from caovan_manager.supervisor.state import State

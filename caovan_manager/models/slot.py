@@ -20,8 +20,9 @@ from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.routes import Route
 from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.store import Store
+from caovan_manager.supervisor.activation import PluginChoice
 from caovan_manager.supervisor.actor import Supervisor
-from caovan_manager.supervisor.machine import Machine, PluginChoice
+from caovan_manager.supervisor.machine import Machine
 
 from .catalog import ModelEntry
 

@@ -17,6 +17,14 @@ Phase = Literal["baseline", "switch", "verify", "rollback"]
 
 
 @dataclass
+class PluginChoice:
+    """The plugin version the engines start on (None = bundled). With several models one choice is shared by all
+    their machines; only a verified activation, on the primary model's machine, changes it."""
+
+    version: str | None = None
+
+
+@dataclass
 class Activation:
     from_version: str | None
     to_version: str | None

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from caovan_kernels import contract
@@ -29,7 +28,7 @@ from caovan_manager.config import PluginSettings, SupervisorSettings
 from caovan_manager.inbox import Outcome
 from caovan_manager.logwatch import events
 
-from .activation import Activation, regression
+from .activation import Activation, PluginChoice, regression
 from .effects import Effects
 from .hang import HangDetector
 from .messages import (
@@ -55,18 +54,10 @@ from .messages import (
     Woke,
 )
 from .run import Run
-from .state import State, check_transition
+from .state import GATE_ON_ENTRY, State, check_transition
 
 # What follows a drain: a stop (then stopped / started again / backoff), or sleep ("wake": a start came meanwhile).
 AfterStop = Literal["stop", "start", "backoff", "sleep", "wake"]
-
-@dataclass
-class PluginChoice:
-    """The plugin version the engines start on (None = bundled). With several models one choice is shared by all
-    their machines; only a verified activation, on the primary model's machine, changes it."""
-
-    version: str | None = None
-
 
 class Machine:
     def __init__(
@@ -152,7 +143,6 @@ class Machine:
         if self.state in (State.STOPPED, State.FAILED, State.BACKOFF):
             self.fx.cancel_timer("backoff")
             self._enter(State.STOPPED, cmd.reason)
-            self._gate_stopped()
             return Outcome(True, "the engine is stopped")
         if self.state is State.READY:
             self._drain_then("stop", cmd.reason)
@@ -259,7 +249,6 @@ class Machine:
         note = f" ({msg.remaining} requests still in flight at the drain timeout)" if msg.remaining else ""
         if self.after_stop == "wake":  # a start came during the drain: it never slept
             self._enter(State.READY, "serving (its sleep was called off)")
-            self.fx.gate_open(self.run.run_id)
         elif self.after_stop == "sleep":
             self._enter(State.FALLING_ASLEEP, self.reason + note)
             self.fx.stop_watching()
@@ -279,7 +268,6 @@ class Machine:
             self._stop_then("stop", self.reason)
         else:
             self._enter(State.ASLEEP, self.reason)
-            self._gate_stopped()
 
     def _on_Woke(self, msg: Woke) -> None:
         if not (self._current(msg.run_id) and self.state is State.WAKING):
@@ -301,7 +289,6 @@ class Machine:
             return
         if self.after_stop == "stop":
             self._enter(State.STOPPED, self.reason)
-            self._gate_stopped()
         elif self.after_stop == "start":
             self._spawn()
         else:
@@ -369,7 +356,6 @@ class Machine:
         run = Run(self._run_ids(), version, self.clock())
         self.run = run
         self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
-        self.fx.gate_hold()
         self.fx.record_run(run.run_id, version)
         self.fx.spawn(run.run_id, version)
         self.fx.probe_ready(run.run_id)
@@ -382,7 +368,6 @@ class Machine:
         self.failures = 0
         self.hang.reset()
         self._enter(State.READY, "serving")
-        self.fx.gate_open(self.run.run_id)
         self.fx.watch_progress(self.run.run_id)
         act = self.activation
         if act is None:
@@ -399,20 +384,17 @@ class Machine:
     def _drain_then(self, after: AfterStop, reason: str) -> None:
         self.after_stop = after
         self._enter(State.DRAINING, reason)
-        self.fx.gate_hold()
         self.fx.drain(self.run.run_id, self.settings.drain_timeout_s)
 
     def _wake(self) -> None:
         self.after_stop = "stop"
         self._enter(State.WAKING, "waking up from sleep mode")
-        self.fx.gate_hold()
         self.fx.wake(self.run.run_id)
         self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(self.run.run_id))
 
     def _stop_then(self, after: AfterStop, reason: str) -> None:
         self.after_stop = after
         self._enter(State.STOPPING, reason)
-        self.fx.gate_hold()
         self.fx.stop_watching()
         self.fx.cancel_timer("startup")
         self.fx.cancel_timer("banner")
@@ -448,18 +430,11 @@ class Machine:
                                    f"{self.settings.max_restarts})")
         self.fx.set_timer("backoff", delay, BackoffElapsed(self.run.run_id))
 
-    def _gate_stopped(self) -> None:
-        if self.on_demand:
-            self.fx.gate_idle()
-        else:
-            self.fx.gate_reject("the engine is stopped; POST /start starts it")
-
     def _fail(self, reason: str) -> None:
         self.last_error = reason
         if self.activation is not None:
             self._finish_activation("failed", reason)
         self._enter(State.FAILED, reason)
-        self.fx.gate_reject(f"the engine has failed: {reason}")
 
     def _rollback(self, reason: str) -> None:
         act = self.activation
@@ -493,11 +468,23 @@ class Machine:
     # Helpers ----------------------------------------------------------------------------------------------------------
 
     def _enter(self, state: State, reason: str) -> None:
+        """Change the state (checked against the transition table); the gate follows (GATE_ON_ENTRY)."""
         check_transition(self.state, state)
         if state is not self.state:
             self.state_since = self.clock()
         self.state = state
         self.reason = reason
+        gate = GATE_ON_ENTRY[state]
+        if gate == "open":
+            self.fx.gate_open(self.run.run_id)
+        elif gate == "hold":
+            self.fx.gate_hold()
+        elif gate == "failed":
+            self.fx.gate_reject(f"the engine has failed: {reason}")
+        elif gate == "stopped" and self.on_demand:
+            self.fx.gate_idle()
+        elif gate == "stopped":
+            self.fx.gate_reject("the engine is stopped; POST /start starts it")
 
     def _sleep_mode(self) -> bool:
         """Whether this run's engine was launched with sleep mode: the effective command of caovan-vllm-serve's

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from caovan_manager.errors import IllegalTransition
 
@@ -43,6 +43,24 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.ASLEEP: frozenset({State.WAKING, State.STOPPING}),
     State.WAKING: frozenset({State.READY, State.STOPPING}),
     State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.BACKOFF, State.FAILED}),
+}
+
+
+# What the proxy's gate does on entering each state: let requests through to the run's engine, hold them in the queue,
+# refuse them (the engine failed), treat them as a stopped engine's (they wait and ask for it where models load on
+# demand, else they are refused with how to start it), or nothing (it holds already).
+GateOnEntry = Literal["open", "hold", "failed", "stopped", "keep"]
+GATE_ON_ENTRY: dict[State, GateOnEntry] = {
+    State.STOPPED: "stopped",
+    State.STARTING: "hold",
+    State.READY: "open",
+    State.DRAINING: "hold",
+    State.STOPPING: "hold",
+    State.BACKOFF: "keep",  # entered from stopping
+    State.FAILED: "failed",
+    State.FALLING_ASLEEP: "keep",  # entered from draining
+    State.ASLEEP: "stopped",
+    State.WAKING: "hold",
 }
 
 

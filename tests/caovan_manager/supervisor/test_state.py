@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from caovan_manager.errors import IllegalTransition
-from caovan_manager.supervisor.state import TRANSITIONS, State, StateChanged, check_transition
+from caovan_manager.supervisor.state import (
+    GATE_ON_ENTRY,
+    TRANSITIONS,
+    State,
+    StateChanged,
+    check_transition,
+)
 
 
 def test_every_state_has_a_row_and_every_edge_ends_in_a_state():
@@ -28,3 +34,13 @@ def test_a_state_change_is_published_as_the_events_streams_line():
                           at=12.5)
     assert change.event() == {"type": "state", "time": 12.5, "model": "coder", "state": "ready", "reason": "serving",
                               "run_id": 7, "restarts": 2}
+
+
+def test_the_gate_has_a_rule_for_entering_every_state():
+    assert set(GATE_ON_ENTRY) == set(State)
+    assert GATE_ON_ENTRY[State.READY] == "open" and GATE_ON_ENTRY[State.FAILED] == "failed"
+    # A state whose gate rule is "keep" is only entered from states whose rule already holds the requests.
+    for state, rule in GATE_ON_ENTRY.items():
+        if rule == "keep":
+            sources = [before for before, targets in TRANSITIONS.items() if state in targets]
+            assert sources and all(GATE_ON_ENTRY[before] == "hold" for before in sources), state
