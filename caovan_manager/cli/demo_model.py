@@ -22,7 +22,7 @@ def demo_model(
                                                   "Qwen3.5 only, built from the cached bf16 model."),
 ) -> None:
     """Build a demo model (trained here, seeded, cached by content hash), or reuse a cached build; prints its path."""
-    from caovan_demo import build
+    from caovan_demo import build  # torch and transformers: only when a model is built
 
     if awq and arch is not Arch.qwen3_5:
         typer.echo("caovan demo-model: --awq is built for the Qwen3.5 architecture; add --arch qwen3_5", err=True)

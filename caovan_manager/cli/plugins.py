@@ -5,6 +5,11 @@ from typing import Optional
 
 import typer
 
+import caovan_kernels
+from caovan_manager.errors import ConfigError, PluginStoreError
+from caovan_manager.plugins.store import PluginStore
+from caovan_manager.store import Store
+
 from .app import app
 
 plugins_app = typer.Typer(help="Installed plugin versions and verified swaps between them.", no_args_is_help=True)
@@ -14,8 +19,8 @@ ConfigOption = typer.Option(None, "--config", help="The daemon's settings file (
 
 
 def _settings(config: Optional[Path]):
+    # pydantic-settings takes a quarter of a second to import: only the commands that read settings pay it.
     from caovan_manager.config import load_settings
-    from caovan_manager.errors import ConfigError
 
     try:
         return load_settings(config)
@@ -28,9 +33,6 @@ def _settings(config: Optional[Path]):
 def add(source: Path = typer.Argument(..., help="A wheel of the caovan distribution, or its project folder."),
         config: Optional[Path] = ConfigOption) -> None:
     """Install a plugin version into the store (it becomes active only through `activate`)."""
-    from caovan_manager.errors import PluginStoreError
-    from caovan_manager.plugins.store import PluginStore
-
     settings = _settings(config)
     try:
         meta = PluginStore(settings.plugin_store_dir).add(source)
@@ -44,10 +46,6 @@ def add(source: Path = typer.Argument(..., help="A wheel of the caovan distribut
 @plugins_app.command("list")
 def list_versions(config: Optional[Path] = ConfigOption) -> None:
     """The versions in the store and the active one."""
-    import caovan_kernels
-    from caovan_manager.plugins.store import PluginStore
-    from caovan_manager.store import Store
-
     settings = _settings(config)
     active = Store(settings.database_path).active_version() if settings.database_path.exists() else None
     mark = "*" if active is None else " "

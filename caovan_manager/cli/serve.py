@@ -30,6 +30,8 @@ def serve(
 
     import uvicorn
 
+    # The daemon's modules (FastAPI, uvicorn, pydantic-settings: about a second) load only for this command, so
+    # `caovan --help` and the other commands start at once.
     from caovan_manager.app import create_app
     from caovan_manager.config import load_settings
     from caovan_manager.daemon import demo_model

@@ -1,7 +1,8 @@
 """The folder tree tells the truth: no import cycle, and no module imports one on a higher floor.
 
 Floors, bottom to top (a module may import its own floor and those below). A function-level import counts too: it
-is a dependency all the same, only a later one.
+is a dependency all the same, only a later one. A function-level import of the project's own modules is kept only
+where it defers a heavy import (torch, Triton, vLLM) or a module that loads one; the comment beside it says which.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ import pytest
 
 from .imports import cycles, edges, floor_of, modules
 
-PACKAGES = ("caovan_kernels", "caovan_demo", "caovan_manager")
+PACKAGES = ("caovan_kernels", "caovan_demo", "caovan_manager", "lab")
 
 FLOORS: list[tuple[str, ...]] = [
-    # The plugin vLLM loads: the contract with the daemon and the plugin's errors at the ground.
-    ("caovan_kernels.contract", "caovan_kernels.errors", "caovan_kernels"),
-    ("caovan_kernels.turing", "caovan_kernels.tensorcore75", "caovan_kernels.gdn", "caovan_kernels.profile"),
+    # The plugin vLLM loads: the contract with the daemon, the errors and the logger at the ground; the kernels and the
+    # launch profile in the middle; the wiring into vLLM above them; the commands on top.
+    ("caovan_kernels", "caovan_kernels.contract", "caovan_kernels.errors", "caovan_kernels.logger"),
+    ("caovan_kernels.profile", "caovan_kernels.turing"),
+    ("caovan_kernels.tensorcore75",),
+    ("caovan_kernels.gdn",),
     ("caovan_kernels.vllm",),
     ("caovan_kernels.doctor", "caovan_kernels.serve", "caovan_kernels.vllm_cli"),
     # The demo models: built from the contract's names, used by the daemon's composition root and CLI only.
@@ -34,6 +38,8 @@ FLOORS: list[tuple[str, ...]] = [
     ("caovan_manager.api",),
     ("caovan_manager.daemon", "caovan_manager.app"),
     ("caovan_manager.cli",),
+    # Developer tools (measurements, fitness checks): outside the wheel, so nothing shipped may import them.
+    ("lab",),
 ]
 
 GRAPH = edges(PACKAGES)
@@ -52,3 +58,20 @@ def test_no_module_imports_a_higher_floor(package):
     upward = [f"{edge.source}:{edge.line} imports {edge.target}" for edge in GRAPH
               if edge.source.startswith(package) and floor_of(edge.target, FLOORS) > floor_of(edge.source, FLOORS)]
     assert upward == []
+
+
+def test_a_function_level_import_of_our_own_modules_says_why():
+    """Each one in the shipped packages (or the comment opening its block of imports) names the heavy import it
+    defers."""
+    sources = modules(PACKAGES)
+    silent = []
+    for source, line in sorted({(edge.source, edge.line) for edge in GRAPH
+                                if edge.in_function and not edge.source.startswith("lab")}):
+        lines = sources[source].read_text().splitlines()
+        at = line - 1
+        while at > 0 and lines[at - 1].lstrip().startswith(("import ", "from ")) and "#" not in lines[at]:
+            at -= 1  # up to the first line of its block of imports
+        explained = "#" in lines[line - 1] or "#" in lines[at] or lines[at - 1].lstrip().startswith("#")
+        if not explained:
+            silent.append(f"{source}:{line}: {lines[line - 1].strip()}")
+    assert silent == [], "\n".join(silent)
