@@ -89,6 +89,47 @@ def device_steps_line(steps: int) -> str:
     return f"{DEVICE_STEPS}: {steps} (first GDN layer, CUDA graph replays included)"
 
 
+# --- what each marker line says: its facts, defined once here; the daemon's events derive from these classes ------
+
+
+@dataclass(frozen=True, slots=True)
+class Banner:
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    mode: str
+
+
+@dataclass(frozen=True, slots=True)
+class Mtp:
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GdnCoreVerdict:
+    """Whether GDNCore's kernels serve this engine, and why (once per process)."""
+
+    active: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class KernelCalls:
+    """GDNCore calls counted on the host at 1, 10, 100, ...; decode None when the GPU counts decode steps."""
+
+    prefill: int
+    decode: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSteps:
+    """Decode steps counted on the GPU by the first GDN layer (CUDA graph replays included)."""
+
+    steps: int
+
+
 @dataclass(frozen=True, slots=True)
 class TensorCore75Verdict:
     """The facts of TensorCore75's status line, once per engine process: whether sm_75 tensor-core retargeting is on,
@@ -181,12 +222,16 @@ class Marker:
     kind: str
     label: str
     pattern: re.Pattern[str]
-    values: Callable[[re.Match[str]], dict[str, Any]]
+    facts: Callable[[re.Match[str]], Any]  # the line's facts (one of the classes above), or None for a bare marker
     shown: Callable[[dict[str, Any]], str]  # the dashboard's text for the values
 
     def read(self, message: str) -> dict[str, Any] | None:
+        """The line's values by field name, or None if the message is not this marker's line."""
         m = self.pattern.search(message)
-        return None if m is None else self.values(m)
+        if m is None:
+            return None
+        facts = self.facts(m)
+        return {} if facts is None else asdict(facts)
 
 
 def _kept(listed: str) -> dict[str, int]:
@@ -196,42 +241,42 @@ def _kept(listed: str) -> dict[str, int]:
 BANNER = Marker(
     "plugin_banner", "Plugin banner",
     re.compile(re.escape(PLUGIN_NAME) + r" v(\d[\w.+!-]*)"),
-    lambda m: {"version": m.group(1).rstrip(".-")},
+    lambda m: Banner(m.group(1).rstrip(".-")),
     lambda v: f"v{v['version']}")
 MODE = Marker(
     "plugin_mode", "caovan_mode", re.compile(r"\bcaovan_mode=([\w.-]+)"),
-    lambda m: {"mode": m.group(1)}, lambda v: v["mode"])
+    lambda m: Mode(m.group(1)), lambda v: v["mode"])
 MTP = Marker(
     "plugin_mtp", "speculative MTP", re.compile(r"speculative_config=auto MTP=(\d+)"),
-    lambda m: {"tokens": int(m.group(1))}, lambda v: f"n={v['tokens']}")
+    lambda m: Mtp(int(m.group(1))), lambda v: f"n={v['tokens']}")
 GDNCORE = Marker(
     "plugin_gdncore", "GDNCore kernels", re.compile(r"\[Caovan GDNCore\] kernels (active|not used): (.*)$"),
-    lambda m: {"active": m.group(1) == "active", "reason": m.group(2)},
+    lambda m: GdnCoreVerdict(m.group(1) == "active", m.group(2)),
     lambda v: f"{'active' if v['active'] else 'not used'} ({v['reason']})")
 REAL_PREFILL_MARKER = Marker(
     "plugin_real_prefill", "GDNCore real prefill", re.compile(re.escape(REAL_PREFILL)),
-    lambda m: {}, lambda v: "active")
+    lambda m: None, lambda v: "active")
 DISPATCH_MARKER = Marker(
     "plugin_dispatch", "Turbo3 dispatch", re.compile(re.escape(DISPATCH)),
-    lambda m: {}, lambda v: "confirmed")
+    lambda m: None, lambda v: "confirmed")
 CALLS = Marker(
     "plugin_kernel_calls", "GDNCore kernel calls",
     re.compile(re.escape(KERNEL_CALLS) + r": prefill=(\d+) decode=(\d+|" + re.escape(GPU_COUNTED) + ")"),
-    lambda m: {"prefill": int(m.group(1)), "decode": int(m.group(2)) if m.group(2).isdigit() else None},
+    lambda m: KernelCalls(int(m.group(1)), int(m.group(2)) if m.group(2).isdigit() else None),
     lambda v: f"prefill {v['prefill']}, decode {GPU_COUNTED if v['decode'] is None else v['decode']}")
 STEPS = Marker(
     "plugin_device_steps", "GDNCore decode steps (GPU)", re.compile(re.escape(DEVICE_STEPS) + r": (\d+)"),
-    lambda m: {"steps": int(m.group(1))}, lambda v: str(v["steps"]))
+    lambda m: DeviceSteps(int(m.group(1))), lambda v: str(v["steps"]))
 TENSORCORE75_STATUS = Marker(
     "tensorcore75_status", "TensorCore75",
     re.compile(re.escape(TENSORCORE75) + r" (ACTIVE|off) triton=(\S+) mode=(\w+): ?(.*)$"),
-    lambda m: asdict(TensorCore75Verdict(m.group(1) == "ACTIVE", m.group(2), m.group(3), m.group(4))),
+    lambda m: TensorCore75Verdict(m.group(1) == "ACTIVE", m.group(2), m.group(3), m.group(4)),
     lambda v: f"{'ACTIVE' if v['active'] else 'off'} (triton {v['triton']}, mode {v['mode']}): {v['detail']}")
 TENSORCORE75_KERNELS = Marker(
     "tensorcore75_kernels", "TensorCore75 kernels",
     re.compile(re.escape(TENSORCORE75) + r" kernels=(\d+) retargeted=(\d+) kept=(\d+) \(((?:[a-z][a-z0-9_]*=\d+"
                r"(?: [a-z][a-z0-9_]*=\d+)*)?)\)"),
-    lambda m: asdict(TensorCore75Counts(int(m.group(1)), int(m.group(2)), int(m.group(3)), _kept(m.group(4)))),
+    lambda m: TensorCore75Counts(int(m.group(1)), int(m.group(2)), int(m.group(3)), _kept(m.group(4))),
     lambda v: f"{v['retargeted']} of {v['total']} retargeted, {v['kept']} kept")
 
 # Most specific first: the GDNCore line's reason text mentions caovan_mode=..., which is not the mode marker.

@@ -86,34 +86,27 @@ class EngineReady(LogEvent):
     kind: ClassVar[str] = "engine_ready"
 
 
-# The plugin's lines: kinds and fields are the contract's (caovan_kernels.contract); the parser checks that each
-# marker there has its event class here with the same fields.
+# The plugin's lines: each event is its marker's facts as the contract defines them (caovan_kernels.contract), with
+# the marker's kind.
 
 @dataclass(frozen=True, slots=True)
-class PluginBanner(LogEvent):
+class PluginBanner(LogEvent, contract.Banner):
     kind: ClassVar[str] = contract.BANNER.kind
-    version: str
 
 
 @dataclass(frozen=True, slots=True)
-class PluginMode(LogEvent):
+class PluginMode(LogEvent, contract.Mode):
     kind: ClassVar[str] = contract.MODE.kind
-    mode: str
 
 
 @dataclass(frozen=True, slots=True)
-class PluginMtp(LogEvent):
+class PluginMtp(LogEvent, contract.Mtp):
     kind: ClassVar[str] = contract.MTP.kind
-    tokens: int
 
 
 @dataclass(frozen=True, slots=True)
-class PluginGdnCore(LogEvent):
-    """Whether GDNCore's kernels serve this engine, and why (once per process)."""
-
+class PluginGdnCore(LogEvent, contract.GdnCoreVerdict):
     kind: ClassVar[str] = contract.GDNCORE.kind
-    active: bool
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,20 +124,13 @@ class PluginDispatch(LogEvent):
 
 
 @dataclass(frozen=True, slots=True)
-class PluginKernelCalls(LogEvent):
-    """GDNCore calls counted on the host at 1, 10, 100, ...; decode None when the GPU counts decode steps."""
-
+class PluginKernelCalls(LogEvent, contract.KernelCalls):
     kind: ClassVar[str] = contract.CALLS.kind
-    prefill: int
-    decode: int | None
 
 
 @dataclass(frozen=True, slots=True)
-class PluginDeviceSteps(LogEvent):
-    """Decode steps counted on the GPU by the first GDN layer (CUDA graph replays included)."""
-
+class PluginDeviceSteps(LogEvent, contract.DeviceSteps):
     kind: ClassVar[str] = contract.STEPS.kind
-    steps: int
 
 
 @dataclass(frozen=True, slots=True)
