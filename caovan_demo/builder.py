@@ -25,6 +25,7 @@ from caovan_kernels import contract
 from . import (
     architecture,
     architecture_qwen3_5,
+    awq,
     checkpoint,
     checkpoint_qwen3_5,
     corpus,
@@ -32,9 +33,6 @@ from . import (
     tokenizer,
     train,
 )
-from .awq import checkpoint as awq_checkpoint
-from .awq import format as awq_format
-from .awq import pack as awq_pack
 
 MARKER = "caovan-demo.json"
 TOKENIZER_SAMPLES = 4000
@@ -81,7 +79,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("qwen3_5", (architecture, architecture_qwen3_5, checkpoint, checkpoint_qwen3_5, qwen3_5_recipe,
                         *_TRAINING), QWEN3_5_SETTINGS, _SAMPLES,
             lambda out, log, base: qwen3_5_recipe.train_into(out, QWEN3_5_SETTINGS, *_SAMPLES)),
-    Variant("qwen3_5-awq", (awq_format, awq_pack, awq_checkpoint, qwen3_5_recipe), None, (qwen3_5_recipe.GROUP_SIZE,),
+    Variant("qwen3_5-awq", (awq.format, awq.pack, awq.checkpoint, qwen3_5_recipe), None, (qwen3_5_recipe.GROUP_SIZE,),
             lambda out, log, base: qwen3_5_recipe.quantize_into(base, out, log), base="qwen3_5",
             takes="seconds, from the cached bf16 model"),
 )}

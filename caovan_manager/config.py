@@ -29,8 +29,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from caovan_kernels import contract
 from caovan_kernels.contract import STALE_ENV_PREFIXES
-from caovan_kernels.contract import cache_dir as default_cache_dir
 from caovan_manager.errors import ConfigError
 
 
@@ -45,7 +45,7 @@ class EngineSettings(BaseModel):
     args: list[str] = Field(default_factory=list, description="Extra vLLM arguments, passed through unchanged.")
     cuda_visible_devices: str | None = Field(None, description="GPU indices as nvidia-smi numbers them, e.g. '0,1'.")
     omp_num_threads: int | None = Field(None, ge=1, description="OMP_NUM_THREADS; none = keep the environment's.")
-    cache_dir: Path = Field(default_factory=default_cache_dir, description="Root of per-user compiler caches.")
+    cache_dir: Path = Field(default_factory=contract.cache_dir, description="Root of per-user compiler caches.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment (wins over defaults).")
 
     @model_validator(mode="before")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from caovan_manager.logwatch.events import Event as LogEventType
+from caovan_manager.logwatch import events
 
 # Commands (the API's requests; each gets an Outcome back) -----------------------------------------------------------
 
@@ -127,7 +127,7 @@ class Progress:
 @dataclass(frozen=True)
 class LogLine:
     run_id: int
-    event: LogEventType
+    event: events.Event
 
 
 @dataclass(frozen=True)

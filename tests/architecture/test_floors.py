@@ -7,6 +7,8 @@ where it defers a heavy import (torch, Triton, vLLM) or a module that loads one;
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from .imports import cycles, edges, floor_of, modules
@@ -75,3 +77,29 @@ def test_a_function_level_import_of_our_own_modules_says_why():
         if not explained:
             silent.append(f"{source}:{line}: {lines[line - 1].strip()}")
     assert silent == [], "\n".join(silent)
+
+
+def test_no_two_classes_of_the_shipped_packages_share_a_name():
+    """One name per thing: a grep for a class finds the one it means."""
+    defined: dict[str, list[str]] = {}
+    for name, path in modules(PACKAGES).items():
+        if name.startswith("lab"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(name)
+    assert {cls: where for cls, where in defined.items() if len(where) > 1} == {}
+
+
+def test_no_module_renames_our_own_names_on_import():
+    """`import x as y` of the project's own modules or names hides them from a grep."""
+    renamed = []
+    for name, path in modules(PACKAGES).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in PACKAGES):
+                renamed += [f"{name}:{node.lineno} {alias.name} as {alias.asname}" for alias in node.names
+                            if alias.asname and alias.asname != alias.name]
+            elif isinstance(node, ast.Import):
+                renamed += [f"{name}:{node.lineno} {alias.name} as {alias.asname}" for alias in node.names
+                            if alias.asname and alias.name.split(".")[0] in PACKAGES]
+    assert renamed == [], "\n".join(renamed)
