@@ -12,7 +12,7 @@ the GDN op runs outside its CUDA graphs). For decode it adds the state-traffic f
 step must read and write over the copy bandwidth measured in the same run.
 
 `--path fma|mma` runs the whole benchmark on the sm_75 code path (the Turing proxy, without or with TensorCore75;
-caovan_kernels/turing/paths.py), `--sms 68` on a 2080 Ti's number of SMs (caovan_kernels/turing/sm_limit.py).
+lab/turing_paths.py), `--sms 68` on a 2080 Ti's number of SMs (lab/sm_limit.py).
 """
 
 from __future__ import annotations
@@ -26,18 +26,20 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update  # noqa: E402
-from caovan_kernels.turing import paths, sm_limit  # noqa: E402
-
-if TYPE_CHECKING:
-    from caovan_kernels.gdn.chunk import PrefillBlocks
+from caovan_kernels.gdn import (  # noqa: E402
+    chunk_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+    recurrent,
+)
+from caovan_kernels.gdn.plan import PrefillBlocks, launchable, prefill_plan  # noqa: E402
+from caovan_kernels.tensorcore75 import retargets_fp16_dots  # noqa: E402
+from lab import sm_limit, turing_paths  # noqa: E402
 
 TP = {"TP1": (16, 48), "TP2": (8, 24)}
 DECODE_BATCHES = (1, 2, 64)
@@ -68,7 +70,7 @@ def copy_bandwidth() -> float:
 def gpu_time_us(fn: Callable[[], object], calls_per_graph: int, replays: int = 20,
                 stream: torch.cuda.Stream | None = None) -> float:
     """Median GPU time per call from CUDA-graph replays; falls back to events around eager calls if capture fails.
-    `stream`: warm up and capture there (a green context's stream keeps the graph on its SMs, turing/sm_limit.py);
+    `stream`: warm up and capture there (a green context's stream keeps the graph on its SMs, lab/sm_limit.py);
     by default a side stream and torch's own capture stream. Replays and eager calls run on the current stream: the
     caller makes `stream` current for them to run there too."""
     side = stream if stream is not None else torch.cuda.Stream()
@@ -139,7 +141,9 @@ def prefill_case(H: int, HV: int, lens: list[int], blocks: object | None = None)
         )
     vl = _peer("vllm")
     if vl is not None:
-        from vllm.model_executor.layers.fla.ops.index import prepare_chunk_indices as vllm_chunks
+        from vllm.model_executor.layers.fla.ops.index import (
+            prepare_chunk_indices as vllm_chunks,
+        )
 
         cu64 = cu.long()
         ci_v = vllm_chunks(cu64, 64)
@@ -200,9 +204,6 @@ def decode_case(H: int, HV: int, B: int, T: int) -> tuple[dict[str, Callable[[],
 def sweep(stream: torch.cuda.Stream | None, prefill: bool = True) -> None:
     """GPU time of caovan's kernels at TP2 under other block/warp choices (tuning aid; defaults unchanged): decode
     steps, then (`prefill`) 1x8192 prefills."""
-    from caovan_kernels.gdn import chunk, recurrent
-    from caovan_kernels.gdn._common import compile_arch, dot_plan
-
     H, HV = TP["TP2"]
     default_decode = recurrent.decode_blocks
     for bv, warps in ((8, 1), (8, 2), (16, 1), (16, 2), (16, 4), (32, 1), (32, 2), (32, 4), (32, 8), (64, 4),
@@ -217,30 +218,27 @@ def sweep(stream: torch.cuda.Stream | None, prefill: bool = True) -> None:
     recurrent._launch_cache.clear()
     if not prefill:
         return
-    form = dot_plan(torch.empty(0, dtype=DTYPE, device="cuda"), K, V).form
-    for blocks in prefill_variants(chunk.prefill_blocks(K, V, form), compile_arch("cuda", None)):
+    launch = prefill_plan(torch.device("cuda", torch.cuda.current_device()), DTYPE, K, V, retargets_fp16_dots())
+    for blocks in prefill_variants(launch.blocks, launch.arch):
         fns = prefill_case(H, HV, [8192], blocks)
         print(f"sweep prefill 1x8192 {blocks}: {gpu_time_us(fns['caovan'], 1, 5, stream=stream):.1f} us",
               flush=True)
 
 
 # Launch shapes the prefill sweeps try: kernel 1's warps with kernel 2 as by default, then kernel 2's value block
-# and warps with kernel 1 as by default, then kernel 2's prefetch flipped, at its default warps and at 2, and the
-# prefetching form with the other state tiling (halves at 4 warps, or the whole state at 8; the two kernels are
-# timed apart, so each variant moves one of them), then those of kernel 2's forms with kernel 1 as by default
+# and warps with kernel 1 as by default (the two kernels are timed apart, so each variant moves one of them), then
+# kernel 2's prefetch flipped, at its default warps and at 2, then those of kernel 2's forms with kernel 1 as by default
 # with the outputs moved to or from a third kernel (parallel_output), and that kernel's value block and warps; last
 # the walk over w and u formed ahead (wu_ahead) flipped, at kernel 2's value blocks and warps and the w/u kernel's
-# warps. Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (chunk.launchable).
+# warps. Kernel 2 at 2 warps is mma.sync on sm_90, where 4 is wgmma and takes no prefetch (plan.launchable).
 SWEEP_WARPS1 = (1, 2, 4, 8)
 SWEEP_KERNEL2 = ((16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8))
 SWEEP_KERNEL3 = ((32, 4), (64, 2), (64, 4), (64, 8), (128, 4), (128, 8))  # the output kernel's value block, warps
 SWEEP_WU = ((32, 4, 4), (32, 2, 4), (64, 4, 4), (16, 4, 4), (32, 4, 2), (32, 4, 8))  # kernel 2's BV, warps; w/u's warps
 
 
-def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["PrefillBlocks"]:
-    """The sweep's launch shapes around `default` that kernel 2 can run with on `arch` (chunk.launchable)."""
-    from caovan_kernels.gdn import chunk
-
+def prefill_variants(default: PrefillBlocks, arch: int | None) -> list[PrefillBlocks]:
+    """The sweep's launch shapes around `default` that kernel 2 can run with on `arch` (plan.launchable)."""
     variants = [dataclasses.replace(default, warps1=w) for w in SWEEP_WARPS1 if w != default.warps1]
     variants += [dataclasses.replace(default, bv=bv, warps2=w) for bv, w in SWEEP_KERNEL2
                  if (bv, w) != (default.bv, default.warps2)]
@@ -248,20 +246,18 @@ def prefill_variants(default: "PrefillBlocks", arch: int | None) -> list["Prefil
     if default.wu_ahead:
         variants.append(walk)
     if walk.split_k == walk.bk:  # kernel 2's ahead-load of the next chunk's keys, flipped
-        variants += [dataclasses.replace(walk, warps2=w, prefetch=not walk.prefetch, halves=False)
+        variants += [dataclasses.replace(walk, warps2=w, prefetch=not walk.prefetch)
                      for w in dict.fromkeys((walk.warps2, 2))]
-    if walk.prefetch and walk.bk >= 32:  # the prefetching form with the other state tiling
-        variants.append(dataclasses.replace(walk, warps2=8 if walk.halves else 4, halves=not walk.halves))
     if walk.split_k == walk.bk:  # the outputs formed in the walk or by a third kernel, flipped, each tiling
         forms = [walk] + [v for v in variants if v.warps1 == walk.warps1 and not v.wu_ahead]
         flipped = [dataclasses.replace(b, parallel_output=not walk.parallel_output) for b in forms]
         with_k3 = walk if walk.parallel_output else flipped[0]
         variants += flipped + [dataclasses.replace(with_k3, bv3=bv, warps3=w) for bv, w in SWEEP_KERNEL3
                                if (bv, w) != (with_k3.bv3, with_k3.warps3)]
-        ahead = dataclasses.replace(walk, prefetch=False, halves=False, parallel_output=True, wu_ahead=True)
+        ahead = dataclasses.replace(walk, prefetch=False, parallel_output=True, wu_ahead=True)
         variants += [dataclasses.replace(ahead, bv=bv, warps2=w2, warps_wu=ww) for bv, w2, ww in SWEEP_WU
                      if not default.wu_ahead or (bv, w2, ww) != (default.bv, default.warps2, default.warps_wu)]
-    return [b for b in dict.fromkeys(variants) if b != default and chunk.launchable(b, arch)]
+    return [b for b in dict.fromkeys(variants) if b != default and launchable(b, arch)]
 
 
 def _fmt_ratio(ours: float, peer: float | None) -> str:
@@ -274,10 +270,10 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="TP2 only, fewer shapes")
     parser.add_argument("--sweep", action="store_true", help="time caovan block/warp choices at TP2 first")
     parser.add_argument("--decode-only", action="store_true", help="skip the prefill shapes and the prefill sweep")
-    parser.add_argument("--path", choices=paths.PATHS, help="code path (default: the GPU's own code)")
+    parser.add_argument("--path", choices=turing_paths.PATHS, help="code path (default: the GPU's own code)")
     parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's)")
     args = parser.parse_args()
-    where = paths.enter(args.path) if args.path else "the GPU's own code"  # before any kernel compiles
+    where = turing_paths.enter(args.path) if args.path else "the GPU's own code"  # before any kernel compiles
     held = sm_limit.limit(args.sms) if args.sms else None
     with torch.cuda.stream(held.stream if held else None):  # a no-op without a limit
         return _run(args, where + (f", on {held.describe()}" if held else ""), held.stream if held else None)

@@ -3,13 +3,13 @@
     python benchmarks/gdn_breakdown.py [--paths native,mma] [--shapes 1x8192,4x8192] [--out FILE] [--sweep]
                                        [--sms 68]
 
-For each code path (caovan_kernels/turing/paths.py: native, the Turing proxy with Triton's FMA lowering, the proxy
+For each code path (lab/turing_paths.py: native, the Turing proxy with Triton's FMA lowering, the proxy
 with TensorCore75), one child process profiles each implementation at Qwen3.6-27B's TP2 GDN shape (H=8, HV=24,
 K=V=128, fp16, initial states in, final states out) with torch.profiler and prints each kernel's mean GPU time per
 call. fla-core (`fla`) and vLLM's kernels are used when importable (neither is a dependency). The totals include no
 launch gaps; benchmarks/turing_bench.py gives the end-to-end time per call. `--sweep` adds GDNCore under other launch
 shapes (warps of kernel 1; value block and warps of kernel 2) on each path: what its defaults should be there.
-`--sms 68` runs on a 2080 Ti's number of SMs (caovan_kernels/turing/sm_limit.py), where kernel 2's programs for one
+`--sms 68` runs on a 2080 Ti's number of SMs (lab/sm_limit.py), where kernel 2's programs for one
 sequence take more waves than on the GPU's own.
 """
 
@@ -34,11 +34,11 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
     from gdn_bench import prefill_variants
 
     from caovan_kernels import gdn
-    from caovan_kernels.gdn import chunk
-    from caovan_kernels.gdn._common import compile_arch, dot_plan
-    from caovan_kernels.turing import vllm_kernels as vk
+    from caovan_kernels.gdn.plan import prefill_plan
+    from caovan_kernels.tensorcore75 import retargets_fp16_dots
+    from lab import vllm_kernels
 
-    p = vk.gdn_prefill_inputs(lens, "cuda", torch.Generator().manual_seed(0))
+    p = vllm_kernels.gdn_prefill_inputs(lens, "cuda", torch.Generator().manual_seed(0))
     h0_kv = p.h0.transpose(-1, -2).contiguous()
     cu32 = p.cu_seqlens.to(torch.int32)
 
@@ -49,10 +49,9 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
     impls: dict[str, Callable[[], object]] = {"GDNCore": gdncore()}
     if sweep:
         K, V = p.q.shape[-1], p.v.shape[-1]
-        default = chunk.prefill_blocks(K, V, dot_plan(p.q, K, V).form)
-        for blocks in prefill_variants(default, compile_arch("cuda", None)):
+        launch = prefill_plan(p.q.device, p.q.dtype, K, V, retargets_fp16_dots())
+        for blocks in prefill_variants(launch.blocks, launch.arch):
             impls[f"GDNCore k1 w{blocks.warps1}, k2 BV={blocks.bv} w{blocks.warps2}{' pf' if blocks.prefetch else ''}"
-                  f"{' halves' if blocks.halves else ''}"
                   f"{f', k3 BV={blocks.bv3} w{blocks.warps3}' if blocks.parallel_output else ''}"
                   f"{f', wu w{blocks.warps_wu}' if blocks.wu_ahead else ''}"] = gdncore(blocks)
     try:
@@ -66,8 +65,8 @@ def _implementations(lens: list[int], sweep: bool) -> dict[str, Callable[[], obj
     except Exception as exc:  # a peer that does not import is reported, not faked
         print(f"fla-core not importable ({exc!r})", file=sys.stderr)
     try:
-        vk.gdn_ops()
-        impls["vLLM"] = lambda: vk.run_gdn_prefill(p)
+        vllm_kernels.gdn_ops()
+        impls["vLLM"] = lambda: vllm_kernels.run_gdn_prefill(p)
     except Exception as exc:
         print(f"vLLM's GDN kernels not importable ({exc!r})", file=sys.stderr)
     return impls
@@ -96,9 +95,9 @@ def _child(path: str, shapes: list[str], only: str | None, plain: bool, sweep: b
            out: Path) -> None:
     import torch
 
-    from caovan_kernels.turing import paths, sm_limit
+    from lab import sm_limit, turing_paths
 
-    described = paths.enter(path)
+    described = turing_paths.enter(path)
     held = sm_limit.limit(sms) if sms else None
     if held:
         described += f", on {held.describe()}"
@@ -150,7 +149,7 @@ def main() -> int:
     parser.add_argument("--only", help="one implementation (GDNCore, fla-core, vLLM)")
     parser.add_argument("--plain", action="store_true", help="run the calls without torch's profiler (for ncu)")
     parser.add_argument("--sweep", action="store_true", help="GDNCore under other launch shapes too")
-    parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's; turing/sm_limit.py)")
+    parser.add_argument("--sms", type=int, help="run on this many SMs (68: a 2080 Ti's; lab/sm_limit.py)")
     opts = parser.parse_args()
     shapes = [s for s in opts.shapes.split(",") if s]
     unknown = [s for s in shapes if s not in SHAPES]
@@ -159,15 +158,15 @@ def main() -> int:
     if opts.path:
         _child(opts.path, shapes, opts.only, opts.plain, opts.sweep, opts.sms, opts.out)
         return 0
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
     results = {}
-    for path in paths.chosen(opts.paths):
+    for path in turing_paths.chosen(opts.paths):
         out = Path(f"/tmp/gdn_breakdown_{path}.json")
         extra = ["--shapes", ",".join(shapes)] + (["--only", opts.only] if opts.only else []) + \
             (["--plain"] if opts.plain else []) + (["--sweep"] if opts.sweep else []) + \
             (["--sms", str(opts.sms)] if opts.sms else [])
-        results[path] = paths.run_child(Path(__file__), path, extra, out, 1800)
+        results[path] = turing_paths.run_child(Path(__file__), path, extra, out, 1800)
         print(table(path, results[path]), flush=True)
     if opts.out:
         opts.out.write_text(json.dumps(results, indent=1))

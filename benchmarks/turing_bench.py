@@ -8,12 +8,12 @@ of 2k, 8k and 32k tokens (12 query heads, 2 KV heads, head_dim 256, vLLM's 784-t
 GDN prefill (H=8, HV=24, K=V=128) of 1x8k, 1x32k and 4x8k tokens through vLLM's chunk_gated_delta_rule, fla-core's
 (when `fla` imports: it is no dependency, put it on PYTHONPATH for the run) and Caovan's GDNCore, and GDN decode and
 MTP=3 verify steps (B=2 T=4, B=64 T=1 and T=4) through vLLM's fused_sigmoid_gating_delta_rule_update and GDNCore's.
-Each path runs in its own process (caovan_kernels/turing/paths.py): native, sm_75 with Triton's FMA lowering,
+Each path runs in its own process (lab/turing_paths.py): native, sm_75 with Triton's FMA lowering,
 sm_75 with TensorCore75. `--paths` runs only some of them, keeping each one's result in `--work-dir`; the table is
 made once every path's result is there (the FMA path's compiles and autotuning of vLLM's GDN kernels can take longer than
 one sitting: run it apart, then again with `--paths ""`). GPU time per call is the median over CUDA-graph replays
 (events around eager calls where a graph cannot be captured). Only the ratios between columns carry over to a 2080
-Ti. `--sms 68` runs every path on a 2080 Ti's number of SMs (a CUDA green context, caovan_kernels/turing/sm_limit.py),
+Ti. `--sms 68` runs every path on a 2080 Ti's number of SMs (a CUDA green context, lab/sm_limit.py),
 so that launches which take more waves on its 68 SMs than on the GPU's own do so here too.
 """
 
@@ -40,7 +40,7 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
     import torch
 
     from caovan_kernels import gdn
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
     gen = torch.Generator().manual_seed(0)
     cases: dict[str, object] = {}
@@ -52,12 +52,12 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
         except Exception as exc:  # a peer that does not import is reported, not faked
             print(f"fla-core not importable ({exc}); its rows are left out", file=sys.stderr)
     for n in () if only == "gdn" else ATTENTION_TOKENS[:2] if quick else ATTENTION_TOKENS:
-        case = vk.AttentionCase(f"{n}", (n,), (0,), 256, block_size=vk.QWEN36_TP2_BLOCK)
-        inputs = vk.attention_inputs(case, "cuda", gen)
-        cases[f"attention prefill {n // 1024}k"] = lambda inputs=inputs: vk.run_unified_attention(inputs)
+        case = vllm_kernels.AttentionCase(f"{n}", (n,), (0,), 256, block_size=vllm_kernels.QWEN36_TP2_BLOCK)
+        inputs = vllm_kernels.attention_inputs(case, "cuda", gen)
+        cases[f"attention prefill {n // 1024}k"] = lambda inputs=inputs: vllm_kernels.run_unified_attention(inputs)
     shapes = {}
     for name, lens in () if only == "attention" else list(GDN_LENS.items())[:1] if quick else GDN_LENS.items():
-        p = vk.gdn_prefill_inputs(lens, "cuda", gen)
+        p = vllm_kernels.gdn_prefill_inputs(lens, "cuda", gen)
         shapes[name] = (p, p.h0.transpose(-1, -2).contiguous(), p.cu_seqlens.to(torch.int32))  # h0 as [K, V]
     # GDNCore, fla-core, then vLLM: on the FMA path vLLM's autotuning takes longest, and a child stopped early
     # keeps what it measured
@@ -70,15 +70,16 @@ def _cases(quick: bool, only: str) -> dict[str, object]:
             p.q, p.k, p.v, p.g, p.beta, initial_state=h0, output_final_state=True, cu_seqlens=p.cu_seqlens,
             cu_seqlens_cpu=p.cu_seqlens.cpu(), chunk_indices=ci)
     for name, (p, _, _) in shapes.items():
-        cases[f"gdn prefill {name} vLLM"] = lambda p=p: vk.run_gdn_prefill(p)
+        cases[f"gdn prefill {name} vLLM"] = lambda p=p: vllm_kernels.run_gdn_prefill(p)
     for B, T in () if only == "attention" else GDN_STEPS:
         # One input set per implementation: each updates its slot cache in place, and neither may feed the other.
-        ours, theirs = (vk.gdn_decode_inputs(B, T, "cuda", torch.Generator().manual_seed(B * 10 + T)) for _ in "12")
+        ours, theirs = (vllm_kernels.gdn_decode_inputs(B, T, "cuda", torch.Generator().manual_seed(B * 10 + T))
+                        for _ in "12")
         out = torch.empty_like(ours.v)
         cases[f"gdn step B={B} T={T} GDNCore"] = lambda d=ours, out=out: gdn.fused_sigmoid_gating_delta_rule_update(
             d.A_log, d.a, d.b, d.dt_bias, d.q, d.k, d.v, initial_state=d.cache, cu_seqlens=d.cu_seqlens,
             ssm_state_indices=d.slots, num_accepted_tokens=d.accepted, use_qk_l2norm_in_kernel=True, out=out)
-        cases[f"gdn step B={B} T={T} vLLM"] = lambda d=theirs: vk.run_gdn_decode(d)
+        cases[f"gdn step B={B} T={T} vLLM"] = lambda d=theirs: vllm_kernels.run_gdn_decode(d)
     return cases
 
 
@@ -87,9 +88,9 @@ def _child(path: str, quick: bool, only: str, sms: int | None, out: Path) -> Non
     from gdn_bench import gpu_time_us
 
     from caovan_kernels import tensorcore75
-    from caovan_kernels.turing import paths, sm_limit
+    from lab import sm_limit, turing_paths
 
-    described = paths.enter(path)
+    described = turing_paths.enter(path)
     held = sm_limit.limit(sms) if sms else None
     stream = held.stream if held else None
     if held:
@@ -122,7 +123,7 @@ def main() -> int:
     parser.add_argument("--only", choices=("all", "attention", "gdn"), default="all")
     parser.add_argument("--paths", default="native,fma,mma", help="paths to run now (comma-separated)")
     parser.add_argument("--work-dir", type=Path, help="keep each path's result here (default: a fresh folder)")
-    parser.add_argument("--sms", type=int, help="run every path on this many SMs (68: a 2080 Ti's; turing/sm_limit.py)")
+    parser.add_argument("--sms", type=int, help="run every path on this many SMs (68: a 2080 Ti's; lab/sm_limit.py)")
     opts = parser.parse_args()
     if opts.path:
         _child(opts.path, opts.quick, opts.only, opts.sms, opts.out)
@@ -132,18 +133,19 @@ def main() -> int:
     import torch
     import triton
 
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
     work = opts.work_dir or Path(tempfile.mkdtemp(prefix="turing-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     extra = (["--quick"] if opts.quick else []) + ["--only", opts.only] + (["--sms", str(opts.sms)] if opts.sms else [])
     try:
-        todo = paths.chosen(opts.paths)
+        todo = turing_paths.chosen(opts.paths)
     except ValueError as exc:
         parser.error(str(exc))
     for p in todo:  # one after another: each path's timings must have the GPU to themselves
-        paths.run_child(Path(__file__), p, extra, work / f"{p}.json", 1800)
-    runs = {p: json.loads((work / f"{p}.json").read_text()) for p in paths.PATHS if (work / f"{p}.json").exists()}
+        turing_paths.run_child(Path(__file__), p, extra, work / f"{p}.json", 1800)
+    runs = {p: json.loads((work / f"{p}.json").read_text())
+            for p in turing_paths.PATHS if (work / f"{p}.json").exists()}
     if "native" not in runs:
         print(f"no native result in {work}: every row is held to it; run --paths native --work-dir {work}")
         return 1
@@ -153,7 +155,7 @@ def main() -> int:
         vllm_version = vllm.__version__
     except ImportError:
         vllm_version = "not importable"
-    missing = [p for p in paths.PATHS if p not in runs]
+    missing = [p for p in turing_paths.PATHS if p not in runs]
     lines = [
         f"## Turing proxy: sm_75 code path with and without TensorCore75 ({datetime.date.today().isoformat()})", "",
         f"{torch.cuda.get_device_name(0)}, vLLM {vllm_version}, torch {torch.__version__}, Triton {triton.__version__}."
@@ -171,7 +173,7 @@ def main() -> int:
         return "-" if value is None else form.format(value)
 
     for name in (n for n in runs["native"]["ms"] if not n.startswith("gdn step")):  # steps: their own table
-        native, fma, mma = (ms(p, name) for p in paths.PATHS)
+        native, fma, mma = (ms(p, name) for p in turing_paths.PATHS)
         tf = (f" ({' / '.join('-' if t is None else _attention_tflops(name, t) for t in (native, fma, mma))}"
               " TFLOP/s)") if name.startswith("attention") else ""
         lines.append(f"| {name}{tf} | {cell(native)} | {cell(fma)} | {cell(mma)} | "
@@ -181,7 +183,7 @@ def main() -> int:
         """A row per case and path: each implementation's time, then each peer's over GDNCore's (first in impls)."""
         rows = []
         for key in keys:
-            for path in paths.PATHS:
+            for path in turing_paths.PATHS:
                 times = [ms(path, f"{key} {impl}") for impl in impls]
                 ours = times[0]
                 rows.append(f"| {key.split(' ', 2)[2]} | {path} | "

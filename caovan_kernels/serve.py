@@ -15,6 +15,9 @@ import sys
 from collections.abc import Mapping
 
 from caovan_kernels.contract import decisions_line
+from caovan_kernels.errors import LaunchProfileError
+from caovan_kernels.profile import apply_profile
+from caovan_kernels.vllm.settings import EnginePluginSettings
 
 USAGE = """usage: caovan-vllm-serve MODEL [vllm serve arguments...]
 
@@ -51,10 +54,8 @@ def _additional_config(args: list[str]) -> dict:
 def inject_plugin_config(args: list[str], env: Mapping[str, str]) -> list[str]:
     """Make the plugin's settings explicit in --additional-config (keys the user gave win), so the engine log and
     /status show what the plugin was asked to do."""
-    from caovan_kernels.vllm.settings import PluginSettings
-
     given = _additional_config(args)
-    settings = PluginSettings.from_env(env)
+    settings = EnginePluginSettings.from_env(env)
     merged = {"caovan": settings.enabled, "caovan_mode": settings.mode, "caovan_turing_mma": settings.turing_mma,
               **given}
     if settings.require_turbo3:
@@ -76,9 +77,7 @@ def plugin_env(args: list[str], env: Mapping[str, str]) -> dict[str, str]:
     Triton must be in interpreter mode before anything imports it for GDNCore to run on a CPU (caovan_mode=force
     without a GPU), an engine whose seam cannot be taken must know it is required before it loads, and TensorCore75
     must be settled before the first kernel compiles (vLLM hands --additional-config to the model only)."""
-    from caovan_kernels.vllm.settings import PluginSettings
-
-    settings = PluginSettings.from_env(env).with_additional_config(_additional_config(args))
+    settings = EnginePluginSettings.from_env(env).with_additional_config(_additional_config(args))
     extra: dict[str, str] = {}
     if settings.require_turbo3:
         extra["CAOVAN_REQUIRE_TURBO3"] = "1"
@@ -119,11 +118,9 @@ def prepare(model: str, vllm_args: list[str], env: dict[str, str]) -> tuple[list
     decisions: list[tuple[str, str, str]] = []
     profiled = env.get("CAOVAN_PROFILE", "1") != "0"
     if profiled:
-        from caovan_kernels.profile import InventoryError, ModelConfigError, ProfileError, apply_profile
-
         try:
             profile = apply_profile(model, vllm_args)
-        except (ProfileError, ModelConfigError, InventoryError) as exc:
+        except LaunchProfileError as exc:
             print(f"caovan-vllm-serve: launch profile for {model} failed: {exc}\n"
                   "Pin the flags yourself, or set CAOVAN_PROFILE=0 to launch without a profile.", file=sys.stderr)
             raise SystemExit(2) from None

@@ -52,9 +52,9 @@ def _child(path: str, seed: int, out: Path) -> None:
     from probe_kernels import dot_kernel, looped_dot_kernel
 
     from caovan_kernels import tensorcore75
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
-    described = paths.enter(path)
+    described = turing_paths.enter(path)
     results = {}
     for i, (name, (kind, sa, sb, kw)) in enumerate(_cases().items()):
         if kind == "int8" and path == "fma":
@@ -91,19 +91,20 @@ def main() -> int:
 
     import torch
 
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
     print(f"seed={seed} (replay: --seed {seed})")
     tmp = Path(tempfile.mkdtemp(prefix="mma-probes-"))
-    meta = {p: paths.run_child(Path(__file__), p, ["--seed", str(seed)], tmp / f"{p}.json", 600) for p in paths.PATHS}
-    outs = {p: torch.load(tmp / f"{p}.pt") for p in paths.PATHS}
+    meta = {p: turing_paths.run_child(Path(__file__), p, ["--seed", str(seed)], tmp / f"{p}.json", 600)
+            for p in turing_paths.PATHS}
+    outs = {p: torch.load(tmp / f"{p}.pt") for p in turing_paths.PATHS}
     ok = True
     print(f"{'case':<22} {'native':>10} {'sm_75 FMA':>10} {'sm_75 mma':>10}  limit")
     for i, (name, (kind, sa, sb, _)) in enumerate(_cases().items()):
         a, b = _operands(seed + i, sa, sb, int8=kind == "int8")
         exact = a.int() @ b.int() if kind == "int8" else a.float() @ b.float()
         cells = []
-        for p in paths.PATHS:
+        for p in turing_paths.PATHS:
             if name not in outs[p]:
                 cells.append("-")
                 continue

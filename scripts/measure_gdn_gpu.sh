@@ -4,10 +4,10 @@
 #
 #   scripts/measure_gdn_gpu.sh OUT_DIR [PATHS]      (from the repository root; PATHS default native,mma)
 #
-# PATHS are caovan_kernels/turing/paths.py's: native, mma (the Turing proxy with TensorCore75), fma (the proxy with
+# PATHS are lab/turing_paths.py's: native, mma (the Turing proxy with TensorCore75), fma (the proxy with
 # Triton's FMA dots: vLLM's kernels autotune for about 13 minutes there, so leave it to a run of its own). Writes
 # OUT_DIR/tests.txt, OUT_DIR/tb/<path>.json and turing-gdn.md (benchmarks/turing_bench.py; tb68/ and
-# turing-gdn-68sms.md the same on 68 SMs, caovan_kernels/turing/sm_limit.py), breakdown.json and
+# turing-gdn-68sms.md the same on 68 SMs, lab/sm_limit.py), breakdown.json and
 # breakdown.txt (benchmarks/gdn_breakdown.py --sweep), gdn-bench.md (benchmarks/gdn_bench.py --quick --sweep, native)
 # and prints which steps failed. The kernel tests need torch and Triton only (no daemon dependencies).
 set -u

@@ -34,7 +34,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from caovan_kernels import contract  # noqa: E402
-from caovan_manager import embedded  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
 from tests.support.engine import Engine, _group_alive, free_port  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
@@ -60,7 +59,7 @@ def start(name: str, model: Path, out_dir: Path) -> None:
               "gdn_prefill_backend": "triton"}
     port = free_port()
     spec = json.dumps({"method": "mtp", "num_speculative_tokens": contract.MTP_DEFAULT})
-    args = ["--served-model-name", embedded.SERVED_MODEL_NAME, "--speculative-config", spec,
+    args = ["--served-model-name", contract.EMBEDDED_SERVED_MODEL_NAME, "--speculative-config", spec,
             "--no-enable-prefix-caching", *ENGINE_ARGS, "--additional-config", json.dumps(config)]
     command = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
                "--port", str(port), *args]
@@ -93,7 +92,7 @@ def _long_prompt_ttft(base_url: str) -> list[float]:
         for _ in range(3):
             t0 = time.perf_counter()
             with client.stream("POST", f"{base_url}/v1/completions", json={
-                "model": embedded.SERVED_MODEL_NAME, "prompt": ids, "max_tokens": 8, "temperature": 0,
+                "model": contract.EMBEDDED_SERVED_MODEL_NAME, "prompt": ids, "max_tokens": 8, "temperature": 0,
                 "stream": True}) as reply:
                 reply.raise_for_status()
                 first = None
@@ -127,7 +126,7 @@ def serve(name: str, out_dir: Path, timeout_s: float) -> int:
         return 2
     try:
         engine = Engine(None, meta["port"], files["log"])  # type: ignore[arg-type]
-        result = greedy_run(engine, embedded.SERVED_MODEL_NAME, EVAL_PROMPTS, MAX_TOKENS)
+        result = greedy_run(engine, contract.EMBEDDED_SERVED_MODEL_NAME, EVAL_PROMPTS, MAX_TOKENS)
         ttft = _long_prompt_ttft(base_url)
     finally:
         _stop(meta["pid"])

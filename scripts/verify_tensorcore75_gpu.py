@@ -40,21 +40,20 @@ GDN_REL = 2e-3
 def _child(path: str, seed: int, out: Path) -> None:
     import torch
 
-    from caovan_kernels.turing import paths
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import turing_paths, vllm_kernels
 
-    described = paths.enter(path)
+    described = turing_paths.enter(path)
     results: dict[str, torch.Tensor] = {}
-    for case in vk.attention_cases():
-        inputs = vk.attention_inputs(case, "cuda", torch.Generator().manual_seed(seed))
-        results[f"attention {case.name}"] = vk.run_unified_attention(inputs).cpu()
+    for case in vllm_kernels.attention_cases():
+        inputs = vllm_kernels.attention_inputs(case, "cuda", torch.Generator().manual_seed(seed))
+        results[f"attention {case.name}"] = vllm_kernels.run_unified_attention(inputs).cpu()
     gen = torch.Generator().manual_seed(seed + 1)
-    prefill = vk.gdn_prefill_inputs([1500, 613], "cuda", gen)
-    o, final = vk.run_gdn_prefill(prefill)
+    prefill = vllm_kernels.gdn_prefill_inputs([1500, 613], "cuda", gen)
+    o, final = vllm_kernels.run_gdn_prefill(prefill)
     results["gdn prefill out"], results["gdn prefill state"] = o.cpu(), final.cpu()
     for b, t in ((2, 1), (2, 4), (64, 4)):
-        d = vk.gdn_decode_inputs(b, t, "cuda", torch.Generator().manual_seed(seed + 2 + t))
-        o, cache = vk.run_gdn_decode(d)
+        d = vllm_kernels.gdn_decode_inputs(b, t, "cuda", torch.Generator().manual_seed(seed + 2 + t))
+        o, cache = vllm_kernels.run_gdn_decode(d)
         results[f"gdn decode B{b} T{t} out"], results[f"gdn decode B{b} T{t} state"] = o.cpu(), cache.cpu()
     if path != "fma":  # Triton's own sm_75 lowering fails to compile int8 dots
         results["int8 matmul"] = _int8_matmul(seed)
@@ -91,12 +90,12 @@ def _int8_matmul(seed: int):
 def _attention_errors(outs: dict[str, dict], seed: int) -> list[dict]:
     import torch
 
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
     rows = []
-    for case in vk.attention_cases():
-        inputs = vk.attention_inputs(case, "cuda", torch.Generator().manual_seed(seed))
-        ref = vk.attention_reference(inputs).cpu()
+    for case in vllm_kernels.attention_cases():
+        inputs = vllm_kernels.attention_inputs(case, "cuda", torch.Generator().manual_seed(seed))
+        ref = vllm_kernels.attention_reference(inputs).cpu()
         key = f"attention {case.name}"
         row = {"case": key, "tolerance": ATTENTION_ABS}
         for path, out in outs.items():
@@ -112,9 +111,9 @@ def _gdn_errors(outs: dict[str, dict], seed: int) -> list[dict]:
     import torch
 
     from caovan_kernels.gdn.reference import chunked_gated_delta_rule
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
-    p = vk.gdn_prefill_inputs([1500, 613], "cuda", torch.Generator().manual_seed(seed + 1))
+    p = vllm_kernels.gdn_prefill_inputs([1500, 613], "cuda", torch.Generator().manual_seed(seed + 1))
     refs_o, refs_s = [], []
     bounds = p.cu_seqlens.tolist()
     for i, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -166,10 +165,10 @@ def main() -> int:
     if opts.path:
         _child(opts.path, seed, opts.out)
         return 0
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
     try:
-        todo = paths.chosen(opts.paths)
+        todo = turing_paths.chosen(opts.paths)
     except ValueError as exc:
         parser.error(str(exc))
     print(f"seed={seed} (replay: --seed {seed})", flush=True)
@@ -178,20 +177,20 @@ def main() -> int:
 
     # the three paths at once: correctness only here, and each child spends most of its time compiling on the CPU
     with ThreadPoolExecutor(max(1, len(todo))) as pool:
-        futures = [pool.submit(paths.run_child, Path(__file__), path, ["--seed", str(seed)],
+        futures = [pool.submit(turing_paths.run_child, Path(__file__), path, ["--seed", str(seed)],
                                opts.out_dir / f"{path}.json", 1800) for path in todo]
         for future in futures:
             future.result()
-    missing = [p for p in paths.PATHS if not (opts.out_dir / f"{p}.pt").exists()]
+    missing = [p for p in turing_paths.PATHS if not (opts.out_dir / f"{p}.pt").exists()]
     if missing:
         print(f"results of {', '.join(missing)} not in {opts.out_dir} yet: run them with --paths and this seed")
         return 2
-    meta = {p: json.loads((opts.out_dir / f"{p}.json").read_text()) for p in paths.PATHS}
+    meta = {p: json.loads((opts.out_dir / f"{p}.json").read_text()) for p in turing_paths.PATHS}
     import torch
     import triton
     import vllm
 
-    outs = {p: torch.load(opts.out_dir / f"{p}.pt")["results"] for p in paths.PATHS}
+    outs = {p: torch.load(opts.out_dir / f"{p}.pt")["results"] for p in turing_paths.PATHS}
     rows = _attention_errors(outs, seed) + _gdn_errors(outs, seed) + [_int8_row(outs, seed)]
     ok = all(r["ok"] for r in rows)
     lines = [

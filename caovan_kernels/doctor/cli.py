@@ -14,10 +14,11 @@ from rich.table import Table
 
 from caovan_kernels.profile.stdout_guard import stdout_to_stderr
 
-from .report import Report, Status
+from .report import CheckStatus, Report
 from .runner import CHECKS, run_doctor
 
-STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red", Status.SKIP: "dim"}
+STYLE = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "bold red",
+         CheckStatus.SKIP: "dim"}
 
 
 def render(report: Report, console: Console) -> None:

@@ -1,4 +1,4 @@
-"""The process environment: cache directories the engine writes, and variables left over from the seed."""
+"""The process environment: cache directories the engine writes, and variables of the retired FlashQLA path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from caovan_kernels.contract import STALE_ENV_PREFIXES
 
-from .report import Check, Status
+from .report import Check, CheckStatus
 
 
 def cache_dirs() -> list[tuple[str, Path, bool]]:
@@ -51,15 +51,17 @@ def check_cache_dirs() -> list[Check]:
         ok, how = _writable(directory)
         source = var if is_set else f"default of {var}"
         detail = f"{directory} ({source}): {how}"
-        checks.append(Check("cache-dirs", var, Status.PASS, detail) if ok else Check(
-            "cache-dirs", var, Status.FAIL, detail, f"export {var}=<a writable directory>, or fix its permissions"))
+        checks.append(Check("cache-dirs", var, CheckStatus.PASS, detail) if ok else Check(
+            "cache-dirs", var, CheckStatus.FAIL, detail,
+            f"export {var}=<a writable directory>, or fix its permissions"))
     return checks
 
 
 def check_stale_flashqla() -> list[Check]:
     stale = sorted(v for v in os.environ if v.startswith(STALE_ENV_PREFIXES))
     if not stale:
-        return [Check("flashqla-env", "stale FlashQLA variables", Status.PASS, "no " + ", ".join(f"{prefix}*" for prefix in STALE_ENV_PREFIXES) + " set")]
-    return [Check("flashqla-env", "stale FlashQLA variables", Status.WARN,
-                  f"set: {', '.join(stale)} (the seed's FlashQLA path is gone; Caovan ignores them)",
+        return [Check("flashqla-env", "stale FlashQLA variables", CheckStatus.PASS,
+                      "no " + ", ".join(f"{prefix}*" for prefix in STALE_ENV_PREFIXES) + " set")]
+    return [Check("flashqla-env", "stale FlashQLA variables", CheckStatus.WARN,
+                  f"set: {', '.join(stale)} (the FlashQLA path they configured is gone; Caovan ignores them)",
                   f"remove them: unset {' '.join(stale)}")]

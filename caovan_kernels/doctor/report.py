@@ -7,7 +7,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 
-class Status(str, Enum):
+class CheckStatus(str, Enum):
+    """A check's verdict; FAIL makes the doctor's exit code 1."""
+
     PASS = "PASS"
     WARN = "WARN"
     FAIL = "FAIL"
@@ -18,7 +20,7 @@ class Status(str, Enum):
 class Check:
     group: str  # the id `--only` selects (python, torch, gpus, triton, ...)
     name: str
-    status: Status
+    status: CheckStatus
     detail: str  # what was found
     fix: str = ""  # one line: what to do (empty when nothing is to be done)
 
@@ -35,10 +37,10 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(c.status is Status.FAIL for c in self.checks) else 0
+        return 1 if any(c.status is CheckStatus.FAIL for c in self.checks) else 0
 
     def summary(self) -> dict[str, int]:
-        return {s.value: sum(c.status is s for c in self.checks) for s in Status}
+        return {s.value: sum(c.status is s for c in self.checks) for s in CheckStatus}
 
     def to_dict(self) -> dict:
         return {"caovan_version": self.caovan_version, "exit_code": self.exit_code, "summary": self.summary(),

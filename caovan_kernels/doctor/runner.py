@@ -13,7 +13,7 @@ from .environment_checks import check_cache_dirs, check_stale_flashqla
 from .platform_checks import check_gpus, check_python, check_torch
 from .plugin_copy import check_plugin_copy
 from .profile_checks import check_profile
-from .report import Check, Report, Status
+from .report import Check, CheckStatus, Report
 from .tensorcore75_checks import check_tensorcore75
 from .triton_checks import check_ptxas, check_tensor_cores, check_triton_version
 from .vllm_checks import check_gdn_auto, check_gdn_seams, check_gdn_selftest, check_vllm
@@ -56,6 +56,7 @@ def run_doctor(model: Path | None = None, only: list[str] | None = None,
         try:
             report.checks += run(ctx)
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-            report.checks.append(Check(group, group, Status.FAIL, f"the check crashed: {type(exc).__name__}: {exc}",
+            report.checks.append(Check(group, group, CheckStatus.FAIL,
+                                       f"the check crashed: {type(exc).__name__}: {exc}",
                                        "report this with the output of `caovan doctor --json`"))
     return report

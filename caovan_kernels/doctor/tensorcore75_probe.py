@@ -18,6 +18,7 @@ from triton.backends.compiler import GPUTarget
 
 from caovan_kernels import tensorcore75
 from caovan_kernels.doctor.dot_probe import BLOCK, dot_probe, probe_source
+from caovan_kernels.turing import proxy
 
 _MMA = re.compile(r"mma\.sync\.aligned\.\w+(?:\.\w+)*")
 
@@ -38,8 +39,6 @@ def run_on_gpu() -> dict:
     native = torch.cuda.get_device_capability() == (7, 5)
     name = torch.cuda.get_device_name()
     if not native:
-        from caovan_kernels.turing import proxy
-
         proxy.enable()
     status = tensorcore75.process().activate("auto")
     if not status.active:
@@ -57,5 +56,5 @@ def run_on_gpu() -> dict:
 
 
 if __name__ == "__main__":
-    tensorcore75._process = tensorcore75.TensorCore75(lambda line: None)  # stdout carries the JSON only
+    tensorcore75._process = tensorcore75.TensorCore75Hook(lambda line: None)  # stdout carries the JSON only
     print(json.dumps(compile_for_sm75() if sys.argv[1] == "compile" else run_on_gpu()))

@@ -11,7 +11,7 @@ from functools import lru_cache
 
 from caovan_kernels.profile.gpus import Inventory
 
-from .report import Check, Status
+from .report import Check, CheckStatus
 
 TARGET_SM = 75  # Caovan's target, checked when this machine has no GPU
 LAST_MMA_TRITON_FOR_SM75 = "3.2"
@@ -29,9 +29,9 @@ def _triton():
 def check_triton_version() -> list[Check]:
     triton = _triton()
     if triton is None:
-        return [Check("triton", "Triton", Status.FAIL, "not importable",
+        return [Check("triton", "Triton", CheckStatus.FAIL, "not importable",
                       "install the Triton your vLLM pins (it comes with the CUDA build of vLLM; pip install triton)")]
-    return [Check("triton", "Triton", Status.PASS, f"{triton.__version__} at {os.path.dirname(triton.__file__)}")]
+    return [Check("triton", "Triton", CheckStatus.PASS, f"{triton.__version__} at {os.path.dirname(triton.__file__)}")]
 
 
 @lru_cache(maxsize=None)
@@ -54,7 +54,7 @@ def _version_tuple(version: str) -> tuple[int, ...]:
 def check_tensor_cores(inventory: Inventory) -> list[Check]:
     triton = _triton()
     if triton is None:
-        return [Check("triton", "tensor cores", Status.SKIP, "Triton not importable", "install Triton first")]
+        return [Check("triton", "tensor cores", CheckStatus.SKIP, "Triton not importable", "install Triton first")]
     archs = sorted({g.sm for g in inventory.gpus}) or [TARGET_SM]
     checks = []
     for sm in archs:
@@ -62,21 +62,22 @@ def check_tensor_cores(inventory: Inventory) -> list[Check]:
         try:
             found, line = dot_emits_mma(sm)
         except Exception as exc:  # noqa: BLE001 - a compiler failure is the finding
-            checks.append(Check("triton", name, Status.FAIL, f"Triton {triton.__version__} cannot compile a tl.dot "
-                                f"for sm_{sm}: {str(exc).splitlines()[0][:200]}",
+            checks.append(Check("triton", name, CheckStatus.FAIL,
+                                f"Triton {triton.__version__} cannot compile a tl.dot for sm_{sm}: "
+                                f"{str(exc).splitlines()[0][:200]}",
                                 "reinstall the Triton your vLLM pins; check ptxas below"))
             continue
         if found:
-            checks.append(Check("triton", name, Status.PASS, f"Triton {triton.__version__} emits tensor-core "
+            checks.append(Check("triton", name, CheckStatus.PASS, f"Triton {triton.__version__} emits tensor-core "
                                 f"instructions ({line})"))
         elif sm == 75 and _version_tuple(triton.__version__) >= (3, 4):
-            checks.append(Check("triton", name, Status.WARN,
+            checks.append(Check("triton", name, CheckStatus.WARN,
                                 f"tl.dot lowers to FMA on sm_75 (no mma) with Triton 3.4+ (found "
                                 f"{triton.__version__}): without TensorCore75 matrix products run on CUDA cores",
                                 "TensorCore75 puts fp16 dots back on tensor cores (its checks below); the last "
                                 f"Triton to do it itself was {LAST_MMA_TRITON_FOR_SM75}"))
         else:
-            checks.append(Check("triton", name, Status.WARN, f"Triton {triton.__version__} emits no mma for "
+            checks.append(Check("triton", name, CheckStatus.WARN, f"Triton {triton.__version__} emits no mma for "
                                 f"sm_{sm}: tl.dot runs on CUDA cores", "use the Triton release your vLLM pins"))
     return checks
 
@@ -101,13 +102,13 @@ def _ptxas_path() -> tuple[str | None, str]:
 def check_ptxas() -> list[Check]:
     path, source = _ptxas_path()
     if path is None:
-        return [Check("ptxas", "ptxas", Status.FAIL, source,
+        return [Check("ptxas", "ptxas", CheckStatus.FAIL, source,
                       "set TRITON_PTXAS_PATH to a CUDA 12+ ptxas, or reinstall Triton (it bundles one)")]
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=True).stdout
     except (OSError, subprocess.SubprocessError) as exc:
-        return [Check("ptxas", "ptxas", Status.FAIL, f"{path} ({source}) does not run: {exc}",
+        return [Check("ptxas", "ptxas", CheckStatus.FAIL, f"{path} ({source}) does not run: {exc}",
                       "point TRITON_PTXAS_PATH at a working ptxas or reinstall Triton")]
     release = re.search(r"release ([\d.]+)", out)
-    return [Check("ptxas", "ptxas", Status.PASS,
+    return [Check("ptxas", "ptxas", CheckStatus.PASS,
                   f"{path} ({source}), CUDA {release.group(1) if release else 'version unknown'}")]

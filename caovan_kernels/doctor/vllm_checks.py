@@ -11,8 +11,12 @@ import importlib.util
 
 from caovan_kernels.profile.gpus import Inventory
 from caovan_kernels.profile.vllm_abilities import detect_vllm
+from caovan_kernels.tensorcore75 import TESTED_TRITON, TURING
+from caovan_kernels.tensorcore75.seam import version_tuple
+from caovan_kernels.vllm.auto_choice import auto_choice
+from caovan_kernels.vllm.settings import EnginePluginSettings
 
-from .report import Check, Status
+from .report import Check, CheckStatus
 
 SEAMS_MODULE = "caovan_kernels.vllm.seams"
 SELFTEST_MODULE = "caovan_kernels.gdn.selftest"
@@ -21,9 +25,9 @@ SELFTEST_MODULE = "caovan_kernels.gdn.selftest"
 def check_vllm() -> list[Check]:
     abilities = detect_vllm()
     if abilities.version is None:
-        return [Check("vllm", "vLLM", Status.FAIL, abilities.source,
+        return [Check("vllm", "vLLM", CheckStatus.FAIL, abilities.source,
                       "install vLLM: pip install 'caovan[gpu]' (CUDA) or 'caovan[cpu]' (the CPU build)")]
-    return [Check("vllm", "vLLM", Status.PASS,
+    return [Check("vllm", "vLLM", CheckStatus.PASS,
                   f"{abilities.distribution or 'vllm'} {abilities.version}; flags from the {abilities.source}")]
 
 
@@ -41,23 +45,23 @@ def check_gdn_seams() -> list[Check]:
     try:
         seams = _optional_module(SEAMS_MODULE)
     except Exception as exc:  # noqa: BLE001 - a broken plugin is the finding
-        return [Check("gdn-seams", "GDN interface", Status.FAIL, f"{SEAMS_MODULE} fails to import: {exc}",
+        return [Check("gdn-seams", "GDN interface", CheckStatus.FAIL, f"{SEAMS_MODULE} fails to import: {exc}",
                       "reinstall Caovan (pip install --force-reinstall caovan)")]
     if seams is None:
-        return [Check("gdn-seams", "GDN interface", Status.SKIP, "plugin seam detection not installed",
+        return [Check("gdn-seams", "GDN interface", CheckStatus.SKIP, "plugin seam detection not installed",
                       f"install a Caovan release that ships {SEAMS_MODULE}")]
     results = seams.check_seams()
-    statuses = [Status(str(getattr(r.status, "value", r.status))) for r in results]
-    taken = next((r.name for r, s in zip(results, statuses) if s is Status.PASS), None)
+    statuses = [CheckStatus(str(getattr(r.status, "value", r.status))) for r in results]
+    taken = next((r.name for r, s in zip(results, statuses) if s is CheckStatus.PASS), None)
     # A candidate layout this vLLM lacks needs no action when another seam is taken.
     other = f"nothing to do: seam {taken} applies" if taken else "see GDN interface below"
-    checks = [Check("gdn-seams", f"GDN seam {r.name}", s, str(r.reason), "" if s is Status.PASS else other)
+    checks = [Check("gdn-seams", f"GDN seam {r.name}", s, str(r.reason), "" if s is CheckStatus.PASS else other)
               for r, s in zip(results, statuses)]
     if taken:
-        checks.append(Check("gdn-seams", "GDN interface", Status.PASS,
+        checks.append(Check("gdn-seams", "GDN interface", CheckStatus.PASS,
                             "GDNCore can take over GDN prefill and decode in this vLLM"))
     else:
-        checks.append(Check("gdn-seams", "GDN interface", Status.WARN,
+        checks.append(Check("gdn-seams", "GDN interface", CheckStatus.WARN,
                             "no seam of this vLLM can be taken: the engine runs vLLM's stock GDN kernels",
                             "use a vLLM whose GDN layer Caovan knows (see the seams above); with "
                             "CAOVAN_REQUIRE_TURBO3=1 the engine refuses to start instead"))
@@ -81,7 +85,8 @@ def check_gdn_selftest(inventory: Inventory) -> list[Check]:
     try:
         selftest = importlib.import_module(SELFTEST_MODULE)
     except Exception as exc:  # noqa: BLE001
-        return [Check("gdn-selftest", "GDNCore self-test", Status.FAIL, f"{SELFTEST_MODULE} fails to import: {exc}",
+        return [Check("gdn-selftest", "GDNCore self-test", CheckStatus.FAIL,
+                      f"{SELFTEST_MODULE} fails to import: {exc}",
                       "reinstall Caovan (pip install --force-reinstall caovan)")]
     checks = []
     for device in devices:
@@ -89,9 +94,10 @@ def check_gdn_selftest(inventory: Inventory) -> list[Check]:
             ok, detail = selftest.run(device)
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a failed self-test
             ok, detail = False, f"crashed: {type(exc).__name__}: {exc}"
-        checks.append(Check("gdn-selftest", f"GDNCore self-test on {device}", Status.PASS if ok else Status.FAIL,
-                            detail, "" if ok else "run caovan_kernels.gdn.selftest on this device and report the "
-                                                  "output with `caovan doctor --json`"))
+        checks.append(Check("gdn-selftest", f"GDNCore self-test on {device}",
+                            CheckStatus.PASS if ok else CheckStatus.FAIL, detail,
+                            "" if ok else "run caovan_kernels.gdn.selftest on this device and report the output with "
+                                          "`caovan doctor --json`"))
     return checks
 
 
@@ -100,24 +106,19 @@ def check_gdn_auto(inventory: Inventory) -> list[Check]:
     faster than vLLM's kernels)."""
     import triton
 
-    from caovan_kernels.tensorcore75 import TESTED_TRITON, TURING
-    from caovan_kernels.tensorcore75.seam import version_tuple
-    from caovan_kernels.vllm.auto_choice import auto_choice
-    from caovan_kernels.vllm.settings import PluginSettings
-
     name = "GDNCore in caovan_mode=auto"
-    settings = PluginSettings.from_env()
+    settings = EnginePluginSettings.from_env()
     if settings.mode != "auto":
         where = "everywhere" if settings.mode == "force" else "nowhere (stock vLLM kernels)"
-        return [Check("gdn-auto", name, Status.PASS, f"CAOVAN_MODE={settings.mode}: GDNCore runs {where}")]
+        return [Check("gdn-auto", name, CheckStatus.PASS, f"CAOVAN_MODE={settings.mode}: GDNCore runs {where}")]
     if not inventory.gpus:
-        return [Check("gdn-auto", name, Status.PASS, "no CUDA GPU: vLLM's CPU kernels (caovan_mode=force runs GDNCore "
-                      "through Triton's interpreter)")]
+        return [Check("gdn-auto", name, CheckStatus.PASS,
+                      "no CUDA GPU: vLLM's CPU kernels (caovan_mode=force runs GDNCore through Triton's interpreter)")]
     triton_release = version_tuple(triton.__version__)
     checks = []
     for sm in sorted({gpu.sm for gpu in inventory.gpus}):
         turing_mma = sm == TURING and settings.turing_mma != "off" and triton_release in TESTED_TRITON
         ours, why = auto_choice(sm, turing_mma, triton_release)
-        checks.append(Check("gdn-auto", f"{name} on sm_{sm}", Status.PASS, why,
+        checks.append(Check("gdn-auto", f"{name} on sm_{sm}", CheckStatus.PASS, why,
                             "" if ours else "caovan_mode=force runs GDNCore anyway (for comparisons)"))
     return checks

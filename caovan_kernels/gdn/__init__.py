@@ -2,7 +2,10 @@
 
 from caovan_kernels.gdn.chunk import chunk_gated_delta_rule
 from caovan_kernels.gdn.l2norm import l2norm_scale, l2norm_scale_qk
-from caovan_kernels.gdn.recurrent import fused_recurrent_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
+from caovan_kernels.gdn.recurrent import (
+    fused_recurrent_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+)
 
 __all__ = [
     "chunk_gated_delta_rule",

@@ -16,7 +16,6 @@ from triton.runtime import driver
 
 from caovan_kernels.gdn._common import interpreting
 
-
 _data_ptr = torch.Tensor.data_ptr
 _dtype = attrgetter("dtype")
 

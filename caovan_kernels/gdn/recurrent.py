@@ -13,7 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from caovan_kernels.gdn._common import check_heads, head_block, interpreting, token_major
+from caovan_kernels.gdn._common import (
+    check_heads,
+    head_block,
+    interpreting,
+    token_major,
+)
 from caovan_kernels.gdn._launcher import CachedLaunch
 
 # Where the state comes from (READ_*) and goes to (WRITE_*); runtime ints, one compiled kernel serves all.
@@ -104,10 +109,8 @@ def _recurrent_kernel(
 def decode_blocks(dim_k: int, dim_v: int, *, interpreted: bool) -> tuple[int, int, int]:
     """(BK, BV, num_warps): a whole key row per program, value blocks of 8, one warp (two at K=256).
 
-    Measured on an H200 at TP2 (K=V=128) on 2026-12-03 (gdn_bench.py --sweep): natively, against BV 16/32/64 at 1-8
-    warps, fastest at every batch (1, 2, 64) and step (T=1, 4); on the sm_75 path, on all 132 SMs and on 72, against
-    BV 16 and 32 at 1 warp, BV 8 at 2 and BV 32 at 4, fastest or level at batch 2 and 64. Batch-64 verify natively
-    134.6 us against 192.0 for the earlier BV 32 (2 warps natively, 4 on sm_75). K=256 is not measured. Each
+    Against value blocks of 16 to 64 at 1 to 8 warps, blocks of 8 at one warp time fastest or level at every batch
+    and step measured, natively on sm_90 and on the sm_75 path (docs/benchmarks.md; K=256 is not measured). Each
     thread then holds 32 fp32 state values (two warps at K=256 keep it so), which sm_75's register file takes
     without spilling (sm75_fit). Triton's interpreter runs programs one after another in Python at a cost per
     program, so there one program takes a head's whole value row (4x fewer programs than blocks of 8 at V=64, and

@@ -21,28 +21,37 @@ BACKEND_LINES = ("GDNCore backend=caovan_gdncore", "external_gdn_kernel_dependen
 
 
 def measure(device: str, seed: int) -> dict:
+    # imported in the child only: importing the kernels fixes interpreted-or-compiled for the whole process
     import torch
 
-    from caovan_kernels.gdn import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
-    from caovan_kernels.gdn import reference as R
-    from caovan_kernels.gdn.accuracy import CHUNK_TOL, DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
+    from caovan_kernels.gdn import (
+        chunk_gated_delta_rule,
+        fused_recurrent_gated_delta_rule,
+        reference,
+    )
+    from caovan_kernels.gdn.accuracy import (
+        CHUNK_TOL,
+        DECODE_OUT_TOL,
+        DECODE_STATE_TOL,
+        rel_err,
+    )
 
     dtype, (T, H, HV, K, V) = torch.float16, (45, 2, 4, 32, 32)
     gen = torch.Generator().manual_seed(seed)
     q = torch.randn(1, T, H, K, generator=gen, dtype=torch.float64).to(device, dtype)
-    k = R.unit_keys((1, T, H, K), gen).to(device, dtype)
+    k = reference.unit_keys((1, T, H, K), gen).to(device, dtype)
     v = torch.randn(1, T, HV, V, generator=gen, dtype=torch.float64).to(device, dtype)
-    g = R.random_gates((1, T, HV), "mild", gen).to(device, torch.float32)
+    g = reference.random_gates((1, T, HV), "mild", gen).to(device, torch.float32)
     beta = torch.rand(1, T, HV, generator=gen, dtype=torch.float64).to(device, dtype)
     h0 = (0.1 * torch.randn(1, HV, K, V, generator=gen, dtype=torch.float64)).to(device, torch.float32)
     started = time.perf_counter()
     o, ht = chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
-    ref_o, ref_h, _ = R.recurrent_gated_delta_rule(q[0], k[0], v[0], g[0], beta[0], K**-0.5, h0[0])
+    ref_o, ref_h, _ = reference.recurrent_gated_delta_rule(q[0], k[0], v[0], g[0], beta[0], K**-0.5, h0[0])
     # one decode step from the prefill's final state
     od, hd = fused_recurrent_gated_delta_rule(q[:, -1:], k[:, -1:], v[:, -1:], g[:, -1:], beta=beta[:, -1:],
                                               initial_state=ref_h[None].float(), output_final_state=True)
-    ref_od, ref_hd, _ = R.recurrent_gated_delta_rule(q[0, -1:], k[0, -1:], v[0, -1:], g[0, -1:], beta[0, -1:],
-                                                     K**-0.5, ref_h)
+    ref_od, ref_hd, _ = reference.recurrent_gated_delta_rule(q[0, -1:], k[0, -1:], v[0, -1:], g[0, -1:],
+                                                             beta[0, -1:], K**-0.5, ref_h)
     errors = {"prefill out": (rel_err(o[0], ref_o), CHUNK_TOL[dtype]),
               "prefill state": (rel_err(ht[0], ref_h), CHUNK_TOL[dtype]),
               "decode out": (rel_err(od[0], ref_od), DECODE_OUT_TOL[dtype]),

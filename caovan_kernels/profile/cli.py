@@ -10,10 +10,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .gpus import InventoryError, parse_inventory
+from caovan_kernels.errors import LaunchProfileError
+
+from .gpus import parse_inventory
 from .launch_profile import LaunchProfile
-from .model import ModelConfigError
-from .planner import ProfileError, build_profile
+from .planner import build_profile
 from .stdout_guard import stdout_to_stderr
 from .vllm_abilities import from_version_table
 
@@ -55,7 +56,7 @@ def profile_command(
                 profile = build_profile(model_dir, pinned or [], inventory, abilities)
         else:
             profile = build_profile(model_dir, pinned or [], inventory, abilities)
-    except (InventoryError, ModelConfigError, ProfileError) as exc:
+    except LaunchProfileError as exc:
         typer.echo(f"caovan profile: {exc}", err=True)
         raise typer.Exit(2) from None
     if as_json:

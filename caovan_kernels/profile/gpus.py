@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from caovan_kernels.errors import InventoryError
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -24,10 +26,6 @@ KNOWN_CAPABILITIES: dict[str, tuple[int, int]] = {
     "quadro rtx 6000": (7, 5), "t4": (7, 5), "v100": (7, 0), "rtx 3090": (8, 6), "rtx 3080": (8, 6),
     "a10": (8, 6), "a100": (8, 0), "rtx 4090": (8, 9), "l4": (8, 9), "l40s": (8, 9), "h100": (9, 0), "h200": (9, 0),
 }
-
-
-class InventoryError(ValueError):
-    """A GPU inventory that cannot be read; the message says what and how to write it."""
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
-class ModelConfigError(ValueError):
-    """config.json is missing or lacks a field the profile needs; the message says which and where."""
+from caovan_kernels.errors import ModelConfigError
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from caovan_kernels.contract import GREEDY_ONLY, MTP_DEFAULT, SAMPLING_DECISION, SLEEP_MODE_FLAG
+from caovan_kernels.contract import (
+    GREEDY_ONLY,
+    MTP_DEFAULT,
+    SAMPLING_DECISION,
+    SLEEP_MODE_FLAG,
+)
+from caovan_kernels.errors import ProfileError
 
-from . import memory as mem
+from . import memory
 from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
 from .launch_profile import Decision, LaunchProfile
 from .model import ModelFacts, load_model_facts
@@ -25,10 +31,6 @@ MTP_MAX = 4
 MTP_MAX_POOL_MARGIN_PCT = 10  # MTP=4 only if the full context for every sequence leaves this much of the pool free
 MAX_GPU_MEMORY_UTILIZATION_PCT = 95
 FP8_NATIVE_MIN_SM = 89  # Triton's fp8e4nv (what vLLM's fp8 KV kernels use) starts at Ada
-
-
-class ProfileError(ValueError):
-    """The model cannot be planned on these GPUs; the message says why and what to change."""
 
 
 def _gib(n: int) -> str:
@@ -285,7 +287,7 @@ def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
         b.note("AutoMem", user_util, "pinned by user")
         return int(gpu.total_bytes * float(user_util))
     eager = b.pinned_flag("--enforce-eager") is not None
-    outside = mem.outside_budget_bytes(cuda_graphs=not eager)
+    outside = memory.outside_budget_bytes(cuda_graphs=not eager)
     pct = min(MAX_GPU_MEMORY_UTILIZATION_PCT, (gpu.free_bytes - outside) * 100 // gpu.total_bytes)
     if pct <= 0:
         raise ProfileError(f"{gpu.describe()} has only {_gib(gpu.free_bytes)} free; free GPU memory first "
@@ -301,7 +303,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     gpus = _usable_gpus(b, inventory)
     gpu = min(gpus, key=lambda g: g.free_bytes)
     tp = _parallel_layout(b, m, gpus, gpu)
-    weights = mem.weight_bytes_per_gpu(m, tp)
+    weights = memory.weight_bytes_per_gpu(m, tp)
     budget = _auto_mem(b, gpu, measured=inventory.source == "nvml")
     num_seqs = int(b.pinned.value("--max-num-seqs") or DEFAULT_MAX_NUM_SEQS)
     b.decide("max-num-seqs", "--max-num-seqs", DEFAULT_MAX_NUM_SEQS, "sequences served at once; each holds its own "
@@ -309,7 +311,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     batched = int(b.pinned.value("--max-num-batched-tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS)
     b.decide("max-num-batched-tokens", "--max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS,
              "prefill chunk; bounds the activation peak counted below")
-    activations = mem.activation_bytes(m, tp, batched)
+    activations = memory.activation_bytes(m, tp, batched)
     pool = budget - weights.total - activations
     b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
                     weights_bytes=weights.total, activation_bytes=activations, pool_bytes=pool, tensor_parallel=tp)
@@ -322,19 +324,19 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     if m.vision is not None:
         hint = "; --language-model-only serves text only and frees it" if b.abilities.accepts(
             "--language-model-only") else ""
-        b.note("vision tower", f"{_gib(mem.vision_params(m) * mem.ENGINE_DTYPE_BYTES // tp)} per GPU",
+        b.note("vision tower", f"{_gib(memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp)} per GPU",
                "estimated from vision_config and counted in the weights" + hint)
 
     target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
-    ssm_bytes = mem.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
+    ssm_bytes = memory.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
 
-    def layout(spec: int, kv_bytes: int) -> mem.CacheLayout:
-        return mem.cache_layout(m, tp, spec, kv_bytes, ssm_bytes)
+    def layout(spec: int, kv_bytes: int) -> memory.CacheLayout:
+        return memory.cache_layout(m, tp, spec, kv_bytes, ssm_bytes)
 
     base_spec = MTP_DEFAULT if m.has_mtp else 0
     fp16_fits = layout(base_spec, 2).bytes_for(num_seqs, target) <= pool
     kv_dtype = _kv_dtype(b, gpu, fp16_fits)
-    kv_bytes = mem.DTYPE_BYTES.get(kv_dtype, 2)
+    kv_bytes = memory.DTYPE_BYTES.get(kv_dtype, 2)
     spec = _auto_spec(b, m, pool, num_seqs, target, lambda s: layout(s, kv_bytes))
     chosen = layout(spec, kv_bytes)
     fit = chosen.max_model_len(pool, num_seqs)
@@ -372,7 +374,7 @@ def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int
     return 0
 
 
-def _elastic_len(b: _Builder, m: ModelFacts, layout: mem.CacheLayout, pool: int, num_seqs: int, fit: int) -> None:
+def _elastic_len(b: _Builder, m: ModelFacts, layout: memory.CacheLayout, pool: int, num_seqs: int, fit: int) -> None:
     per_seq = (f"GDN state {_mib(layout.gdn_state_bytes_per_seq)} per sequence, KV {layout.kv_bytes_per_token} B "
                f"per token in {layout.block_tokens}-token blocks")
     user = b.pinned.value("--max-model-len")

@@ -14,13 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from caovan_kernels import contract
-from caovan_kernels.vllm.settings import PluginConfigError
+from caovan_kernels.errors import TuringMmaConfigError
+from caovan_kernels.logger import log
+from caovan_kernels.profile.gpus import detect_gpus
 
 from .autotune import AutotunePruning
 from .cache import TaggedCache, hook_tag
 from .census import Census, Counts
 from .pipeline import KernelCompile
-from .seam import Seam, triton_keys_hook, version_tuple
+from .seam import TritonCompileSeam, triton_keys_hook, version_tuple
 
 MODES = ("auto", "off", "force")
 TURING = 75
@@ -30,10 +32,6 @@ TESTED_TRITON = ((3, 4), (3, 5), (3, 6), (3, 7), (3, 8), (3, 9))
 # int8 dots go to mma.sync m8n8k16: exact against torch on the Turing proxy (scripts/check_turing_mma_probes.py,
 # 2026-12-01), where Triton's own sm_75 lowering cannot compile them at all.
 RETARGET_INT8 = True
-
-
-class TuringMmaConfigError(PluginConfigError):
-    """A caovan_turing_mma / CAOVAN_TURING_MMA value that is not a mode."""
 
 
 def validate_mode(value: str, where: str) -> str:
@@ -48,7 +46,9 @@ def validate_mode(value: str, where: str) -> str:
 
 
 @dataclass(frozen=True)
-class Status:
+class RetargetStatus:
+    """Whether this process's sm_75 compiles are retargeted, under which mode and Triton, and why."""
+
     active: bool
     mode: str
     triton: str
@@ -72,8 +72,6 @@ def sm75_compile_target() -> tuple[bool, str]:
     override = os.environ.get("TRITON_OVERRIDE_ARCH")
     if override:
         return override == "sm75", f"TRITON_OVERRIDE_ARCH={override}"
-    from caovan_kernels.profile.gpus import detect_gpus
-
     inventory = detect_gpus()
     turing = [gpu for gpu in inventory.gpus if gpu.capability == (7, 5)]
     if turing:
@@ -84,23 +82,23 @@ def sm75_compile_target() -> tuple[bool, str]:
     return False, f"no NVIDIA GPU ({inventory.source}); caovan_turing_mma=force retargets sm_75 compiles anyway"
 
 
-class TensorCore75:
+class TensorCore75Hook:
     """The process's hook: its mode, whether it is attached, and its census."""
 
     def __init__(self, log: Callable[[str], None]) -> None:
         self._log = log
         self._lock = threading.Lock()
         self.census = Census(log)
-        self._seam = Seam(self._on_stages, hook_tag)
+        self._seam = TritonCompileSeam(self._on_stages, hook_tag)
         self._cache = TaggedCache()
         self.autotune = AutotunePruning(log)
-        self._status: Status | None = None
+        self._status: RetargetStatus | None = None
 
     @property
-    def status(self) -> Status | None:
+    def status(self) -> RetargetStatus | None:
         return self._status
 
-    def activate(self, mode: str) -> Status:
+    def activate(self, mode: str) -> RetargetStatus:
         """Decide for `mode`, attach or detach accordingly, log the status line when it changes."""
         mode = validate_mode(mode, "caovan_turing_mma")
         with self._lock:
@@ -122,25 +120,27 @@ class TensorCore75:
             self._log(status.line())
         return status
 
-    def _decide(self, mode: str) -> Status:
+    def _decide(self, mode: str) -> RetargetStatus:
         version = _triton_version()
         if version is None:
-            return Status(False, mode, "none", "Triton is not importable")
+            return RetargetStatus(False, mode, "none", "Triton is not importable")
         if mode == "off":
-            return Status(False, mode, version, "caovan_turing_mma=off: Triton's own lowering (FMA dots on sm_75)")
+            return RetargetStatus(False, mode, version,
+                                  "caovan_turing_mma=off: Triton's own lowering (FMA dots on sm_75)")
         if version_tuple(version) not in TESTED_TRITON:
             tested = ", ".join(f"{a}.{b}" for a, b in TESTED_TRITON)
-            return Status(False, mode, version, f"Triton {version} is outside the tested set ({tested}): left alone")
+            return RetargetStatus(False, mode, version,
+                                  f"Triton {version} is outside the tested set ({tested}): left alone")
         if mode == "auto":
             on, why = sm75_compile_target()
             if not on:
-                return Status(False, mode, version, f"no sm_75 compile target: {why}")
+                return RetargetStatus(False, mode, version, f"no sm_75 compile target: {why}")
         else:
             why = "caovan_turing_mma=force"
         int8 = ", int8 on m8n8k16" if RETARGET_INT8 else ""
-        return Status(True, mode, version,
-                      f"fp16 dots on mma.sync m16n8k8{int8} for sm_75 compiles ({why}; {self._seam.kind}, "
-                      f"cache tag {hook_tag()})")
+        return RetargetStatus(True, mode, version,
+                              f"fp16 dots on mma.sync m16n8k8{int8} for sm_75 compiles ({why}; {self._seam.kind}, "
+                              f"cache tag {hook_tag()})")
 
     def _on_stages(self, backend: Any, stages: dict, options: Any, language: Any, capability: int) -> None:
         from triton.backends.compiler import Language
@@ -161,7 +161,7 @@ class TensorCore75:
         return self.census.snapshot()
 
 
-_process: TensorCore75 | None = None
+_process: TensorCore75Hook | None = None
 
 
 def retargets_fp16_dots() -> bool:
@@ -171,11 +171,9 @@ def retargets_fp16_dots() -> bool:
     return status is not None and status.active
 
 
-def process() -> TensorCore75:
-    """This process's TensorCore75 (created on first use, logging through the plugin's logger)."""
+def process() -> TensorCore75Hook:
+    """This process's TensorCore75 hook (created on first use, logging through the plugin's logger)."""
     global _process
     if _process is None:
-        from caovan_kernels.vllm.markers import log
-
-        _process = TensorCore75(log)
+        _process = TensorCore75Hook(log)
     return _process

@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from caovan_kernels.errors import CubinError
+
 _EIFMT_SVAL = 0x04
 _EIATTR_FRAME_SIZE = 0x11  # bytes of local memory the function's own frame takes, per thread (spills, local arrays)
 _EIATTR_MIN_STACK_SIZE = 0x12  # the same with its callees' frames (ptxas -v: "cumulative stack size")
@@ -21,10 +23,6 @@ _READ = {_EIATTR_REGCOUNT: "registers", _EIATTR_FRAME_SIZE: "frame_bytes", _EIAT
 
 _SECTION = struct.Struct("<IIQQQQIIQQ")  # Elf64_Shdr: name, type, flags, addr, offset, size, link, info, align, entsize
 _SYMBOL = struct.Struct("<IBBHQQ")  # Elf64_Sym: name, info, other, shndx, value, size
-
-
-class CubinError(ValueError):
-    """The bytes are not a cubin this reader understands."""
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from caovan_kernels.errors import RetargetRefused
+
 from .cubin import kernel_resources
 from .eligibility import classify
 from .registers import Binary, spend_register_budget
-from .retarget import RetargetRefused, check_llir, parse_module, turing_mma_ttgir
+from .retarget import check_llir, parse_module, turing_mma_ttgir
 
 METADATA_KEY = "caovan_tc75"
 REGISTERS_KEY = "caovan_tc75_registers"  # registers per thread of the sm_75 binary

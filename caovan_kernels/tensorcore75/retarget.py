@@ -17,6 +17,8 @@ import re
 import tempfile
 from typing import Any
 
+from caovan_kernels.errors import RetargetRefused
+
 TURING = 75
 AMPERE = 80
 
@@ -39,14 +41,6 @@ _LLIR_REFUSED = {
     "Hopper/Blackwell instructions": re.compile(r"wgmma|tcgen05|mbarrier|stmatrix|setmaxnreg|elect\.sync|griddepcontrol"),
     "redux.sync": re.compile(r"redux\.sync"),
 }
-
-
-class RetargetRefused(Exception):
-    """The sm_80 lowering produced something Turing lacks; the kernel keeps Triton's own sm_75 lowering."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what
 
 
 def parse_module(text: str, context: Any) -> Any:

@@ -31,7 +31,7 @@ def triton_keys_hook() -> bool:
     return version_tuple(triton.__version__) >= (3, 7)
 
 
-class Seam:
+class TritonCompileSeam:
     """Attach `hook` to the running Triton; `detach` restores what was there. `tag` is the hook's cache-key share."""
 
     def __init__(self, hook: StagesHook, tag: Callable[[], str]) -> None:

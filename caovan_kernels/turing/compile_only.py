@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .device_view import RTX_2080_TI, DeviceView
+from .device_view import RTX_2080_TI, DeviceView, present_to_torch
 
 
 class _NoLaunch:
@@ -92,8 +92,6 @@ def _driver_class() -> type:
 
 def make_process_compile_only(view: DeviceView = RTX_2080_TI) -> None:
     from triton.runtime import driver
-
-    from .device_view import present_to_torch
 
     driver.set_active(_driver_class()(view))
     present_to_torch(view, device_count=1)

@@ -22,16 +22,13 @@ from collections.abc import Callable
 from typing import Any
 
 from caovan_kernels import contract
+from caovan_kernels.errors import ProxyConfigError
 
 from .device_view import RTX_2080_TI, DeviceView, present_to_torch
 
 ENV = "CAOVAN_TURING_PROXY"
 # value -> (Triton sees the view's launch limits, torch sees its name and capability)
 _VALUES = {"1": (True, True), "true": (True, True), "view": (True, True), "triton": (True, False), "arch": (False, False)}
-
-
-class ProxyConfigError(ValueError):
-    pass
 
 
 class _RealTargetDriver:

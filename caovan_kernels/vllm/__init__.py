@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from importlib import metadata
 
+from caovan_kernels.errors import PluginNotInstalled
+
 ENTRY_POINT_GROUP = "vllm.general_plugins"
 ENTRY_POINT_NAME = "caovan"
 
@@ -17,10 +19,6 @@ def registered_entry_point() -> str | None:
         if entry.name == ENTRY_POINT_NAME:
             return entry.value
     return None
-
-
-class PluginNotInstalled(RuntimeError):
-    """This project imports, but no installed distribution declares its entry point: vLLM will not load it."""
 
 
 def require_registered() -> str:

@@ -14,9 +14,16 @@ import time
 
 import torch
 
-from caovan_kernels.contract import DISPATCH, REAL_PREFILL, device_steps_line, kernel_calls_line
+from caovan_kernels.contract import (
+    DISPATCH,
+    REAL_PREFILL,
+    device_steps_line,
+    kernel_calls_line,
+)
+from caovan_kernels.logger import log
 
-from .markers import emit_once, log
+from .markers import emit_once
+
 _WATCH_INTERVAL_S = 0.5
 
 _calls = {"prefill": 0, "decode": 0}

@@ -48,7 +48,9 @@ class CpuConv:
     """vLLM's CPU conv functions, plus the MTP rolling buffer written here."""
 
     def varlen(self, layer, x, query_start_loc, state_indices, has_initial_state, meta):
-        from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import causal_conv1d_fn_cpu
+        from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import (
+            causal_conv1d_fn_cpu,
+        )
 
         return causal_conv1d_fn_cpu(
             x.transpose(0, 1), conv_weight(layer), layer.conv1d.bias, conv_states=conv_buffer(layer),
@@ -57,7 +59,9 @@ class CpuConv:
         ).transpose(0, 1)
 
     def decode(self, layer, x, state_indices):
-        from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import causal_conv1d_update_cpu
+        from vllm.model_executor.layers.mamba.ops.cpu.causal_conv1d import (
+            causal_conv1d_update_cpu,
+        )
 
         # With MTP configured the buffer is wider; a plain decode only uses its first width-1 columns.
         window = conv_buffer(layer)[:, :, : _width(layer) - 1]
@@ -107,13 +111,17 @@ class CudaConv:
         ).transpose(0, 1)
 
     def decode(self, layer, x, state_indices):
-        from vllm.model_executor.layers.mamba.ops.causal_conv1d import causal_conv1d_update
+        from vllm.model_executor.layers.mamba.ops.causal_conv1d import (
+            causal_conv1d_update,
+        )
 
         return causal_conv1d_update(x, conv_buffer(layer), conv_weight(layer), layer.conv1d.bias, layer.activation,
                                     conv_state_indices=state_indices, validate_data=False)
 
     def spec(self, layer, x, meta):
-        from vllm.model_executor.layers.mamba.ops.causal_conv1d import causal_conv1d_update
+        from vllm.model_executor.layers.mamba.ops.causal_conv1d import (
+            causal_conv1d_update,
+        )
 
         n = meta.num_spec_decodes
         indices = meta.spec_state_indices_tensor

@@ -23,7 +23,11 @@ def _gates(layer: Any, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _non_spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.Tensor, conv: ConvOps) -> torch.Tensor:
-    from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
+    # imported at first use: importing the kernels decides interpreted-or-compiled, after layer set TRITON_INTERPRET
+    from caovan_kernels.gdn import (
+        chunk_gated_delta_rule,
+        fused_sigmoid_gating_delta_rule_update,
+    )
 
     ssm = layer.kv_cache[1]
     indices = meta.non_spec_state_indices_tensor
@@ -50,6 +54,7 @@ def _non_spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.
 
 
 def _spec(layer: Any, meta: Any, x: torch.Tensor, b: torch.Tensor, a: torch.Tensor, conv: ConvOps) -> torch.Tensor:
+    # imported at first use, as in _non_spec
     from caovan_kernels.gdn import fused_sigmoid_gating_delta_rule_update
 
     n = meta.num_spec_decodes

@@ -7,23 +7,24 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from vllm.utils.torch_utils import LayerNameType  # the op schema's layer-name type differs across vLLM builds
+from vllm.utils.torch_utils import (
+    LayerNameType,  # the op schema's layer-name type differs across vLLM builds
+)
 
 from caovan_kernels import contract, tensorcore75
+from caovan_kernels.errors import Turbo3Unavailable
+from caovan_kernels.logger import log
 
 from . import activity, auto_choice
+from .conv import CpuConv, CudaConv
 from .gdn_core import run_gdn_core
-from .markers import emit_once, log
-from .settings import PluginSettings
+from .markers import emit_once
+from .settings import EnginePluginSettings
 
 _CPU_OP = "caovan_gdn_core"
 
 
-class Turbo3Unavailable(RuntimeError):
-    pass
-
-
-def _decide(settings: PluginSettings, on_cuda: bool,
+def _decide(settings: EnginePluginSettings, on_cuda: bool,
             auto: Callable[[], tuple[bool, str]] = auto_choice.on_this_process) -> tuple[bool, str]:
     """(GDNCore runs, why); auto: what caovan_mode=auto measured for this process's GPU."""
     if not settings.enabled:
@@ -43,7 +44,7 @@ def _decide(settings: PluginSettings, on_cuda: bool,
     return False, f"caovan_mode=auto: {why}; caovan_mode=force runs GDNCore here"
 
 
-def _announce(settings: PluginSettings, vllm_config: Any, active: bool, reason: str) -> None:
+def _announce(settings: EnginePluginSettings, vllm_config: Any, active: bool, reason: str) -> None:
     emit_once(contract.mode_line(settings.mode))
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None and getattr(spec, "method", None) in ("mtp", "qwen3_next_mtp", "qwen3_5_mtp"):
@@ -67,8 +68,6 @@ def _cpu_core(mixed_qkv: torch.Tensor, b: torch.Tensor, a: torch.Tensor, core_at
     meta = _forward_metadata(layer.prefix)
     if meta is None:  # profiling run: vLLM only measures memory here
         return
-    from .conv import CpuConv
-
     run_gdn_core(layer, meta, mixed_qkv, b, a, core_attn_out, CpuConv())
     if meta.num_actual_tokens == 0:
         return
@@ -96,7 +95,7 @@ def make_layer_class(base: type, cpu_path: bool) -> type:
             from vllm.platforms import current_platform
 
             vllm_config = get_current_vllm_config()
-            settings = PluginSettings.from_env().with_additional_config(vllm_config.additional_config)
+            settings = EnginePluginSettings.from_env().with_additional_config(vllm_config.additional_config)
             # The plugin settled TensorCore75 from the environment; a caovan_turing_mma given only in
             # --additional-config (plain `vllm serve`) is seen here first, before the model's kernels compile.
             tensorcore75.process().activate(settings.turing_mma)
@@ -154,8 +153,6 @@ def make_layer_class(base: type, cpu_path: bool) -> type:
             meta = _forward_metadata(self.prefix)
             if meta is None:  # profiling run
                 return None
-            from .conv import CudaConv
-
             run_gdn_core(self, meta, mixed_qkv, b, a, core_attn_out, CudaConv())
             if meta.num_prefills > 0:
                 activity.record_cuda_prefill(meta.non_spec_state_indices_tensor[: meta.num_prefills + meta.num_decodes])

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import logging
-import sys
-
 from caovan_kernels import __version__
 from caovan_kernels.contract import banner_line
+from caovan_kernels.logger import log
 
 BANNER = banner_line(__version__)
 
 _printed: set[str] = set()
-_logger = logging.getLogger("caovan")
-if not _logger.handlers:
-    _handler = logging.StreamHandler(sys.stderr)
-    _handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [caovan] %(message)s", "%m-%d %H:%M:%S"))
-    _logger.addHandler(_handler)
-    _logger.setLevel(logging.INFO)
-    _logger.propagate = False
-
-
-def log(message: str) -> None:
-    _logger.info(message)
 
 
 def emit_once(marker: str) -> None:
     if marker not in _printed:
         _printed.add(marker)
-        _logger.info(marker)
+        log(marker)

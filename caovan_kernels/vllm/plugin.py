@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from .markers import BANNER, emit_once, log
-from .settings import PluginSettings
+from caovan_kernels import tensorcore75
+from caovan_kernels.errors import Turbo3Unavailable
+from caovan_kernels.logger import log
+from caovan_kernels.turing import proxy
+
+from .markers import BANNER, emit_once
+from .seams import check_seams, select_seam
+from .settings import EnginePluginSettings
 
 _registered = False
 
@@ -19,19 +25,21 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    settings = PluginSettings.from_env()
+    settings = EnginePluginSettings.from_env()
     if not settings.enabled:
         log("[Caovan GDNCore] plugin disabled by CAOVAN_ENABLE=0: stock vLLM")
         return
     _turing_code_path(settings)
-    from .layer import announce_seam, make_layer_class
-    from .seams import check_seams, select_seam
+    from .layer import (  # imports torch and vLLM: only once the plugin is enabled
+        announce_seam,
+        make_layer_class,
+    )
 
     selected = select_seam()
     if selected is None:
         checks = "; ".join(f"{c.name}: {c.status} ({c.reason})" for c in check_seams())
         if settings.require_turbo3:
-            raise RuntimeError(
+            raise Turbo3Unavailable(
                 f"Caovan: CAOVAN_REQUIRE_TURBO3=1 but this vLLM offers no GDN seam GDNCore can take ({checks}). "
                 "Install a vLLM with the PluggableLayer GDN layer (0.21 or newer), or unset CAOVAN_REQUIRE_TURBO3."
             )
@@ -42,11 +50,8 @@ def register() -> None:
     announce_seam(seam.name)
 
 
-def _turing_code_path(settings: PluginSettings) -> None:
+def _turing_code_path(settings: EnginePluginSettings) -> None:
     """The Turing proxy (when CAOVAN_TURING_PROXY asks for it) and TensorCore75, before any kernel compiles."""
-    from caovan_kernels import tensorcore75
-    from caovan_kernels.turing import proxy
-
     line = proxy.enable_from_env()
     if line:
         log(line)

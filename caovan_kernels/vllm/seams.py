@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Seam:
+class GdnLayerSeam:
+    """One way vLLM builds its GDN layers, and what taking it over needs."""
+
     name: str
     module: str
     cls: str
@@ -26,19 +28,19 @@ class SeamCheck:
 
 
 SEAMS = (
-    Seam("qwen_gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
+    GdnLayerSeam("qwen_gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
          "QwenGatedDeltaNetAttention",
          ("register_oot", "_forward_core", "forward_cpu", "rearrange_mixed_qkv", "_output_projection"), True),
-    Seam("gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn_linear_attn", "GatedDeltaNetAttention",
+    GdnLayerSeam("gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn_linear_attn", "GatedDeltaNetAttention",
          ("register_oot", "_forward_core", "rearrange_mixed_qkv"), False),
     # Before the PluggableLayer seam, the kernels were module functions of the model file: taking them over would
     # mean monkeypatching module globals, which we do not do; it is reported so the doctor shows what it saw.
-    Seam("qwen3_next_module_functions", "vllm.model_executor.models.qwen3_next", "Qwen3NextGatedDeltaNet",
+    GdnLayerSeam("qwen3_next_module_functions", "vllm.model_executor.models.qwen3_next", "Qwen3NextGatedDeltaNet",
          ("forward",), False, takeover=False),
 )
 
 
-def _check(seam: Seam) -> tuple[SeamCheck, type | None]:
+def _check(seam: GdnLayerSeam) -> tuple[SeamCheck, type | None]:
     try:
         module = importlib.import_module(seam.module)
     except Exception as exc:  # noqa: BLE001  (any import failure means: not this layout)
@@ -59,7 +61,7 @@ def check_seams() -> list[SeamCheck]:
     return [_check(seam)[0] for seam in SEAMS]
 
 
-def select_seam() -> tuple[Seam, type] | None:
+def select_seam() -> tuple[GdnLayerSeam, type] | None:
     """The cleanest seam this vLLM offers, and the layer class to subclass."""
     for seam in SEAMS:
         check, cls = _check(seam)

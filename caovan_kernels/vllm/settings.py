@@ -1,4 +1,4 @@
-"""What the plugin is asked to do: the seed's environment variables, then vLLM's --additional-config keys."""
+"""What the plugin is asked to do: the plugin's environment variables (CAOVAN_*), then vLLM's --additional-config keys."""
 
 from __future__ import annotations
 
@@ -7,18 +7,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from caovan_kernels.errors import PluginConfigError
+from caovan_kernels.tensorcore75 import validate_mode
+
 # auto: our kernels where they measured faster than vLLM's (vllm/auto_choice.py); off: the stock vLLM path, the
 # plugin only reports; force: our kernels everywhere, on the CPU through Triton's interpreter (for tests and proofs).
 MODES = ("auto", "off", "force")
 _TRUE = {"1", "true", "yes", "on"}
 
 
-class PluginConfigError(ValueError):
-    pass
-
-
 @dataclass(frozen=True)
-class PluginSettings:
+class EnginePluginSettings:
+    """What the plugin is asked to do in one engine: on or off, where GDNCore runs, TensorCore75's mode."""
+
     enabled: bool = True
     mode: str = "auto"
     require_turbo3: bool = False
@@ -26,7 +27,7 @@ class PluginSettings:
     turing_mma: str = "auto"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> PluginSettings:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> EnginePluginSettings:
         env = os.environ if env is None else env
         settings = cls(
             enabled=env.get("CAOVAN_ENABLE", "1").strip().lower() in _TRUE,
@@ -36,7 +37,7 @@ class PluginSettings:
         )
         return settings.validated("environment variable CAOVAN_MODE", "environment variable CAOVAN_TURING_MMA")
 
-    def with_additional_config(self, extra: Mapping[str, Any] | None) -> PluginSettings:
+    def with_additional_config(self, extra: Mapping[str, Any] | None) -> EnginePluginSettings:
         """Keys of --additional-config win over the environment: they are the per-launch choice."""
         if not extra:
             return self
@@ -51,9 +52,7 @@ class PluginSettings:
             updated = replace(updated, turing_mma=str(extra["caovan_turing_mma"]).strip().lower())
         return updated.validated('--additional-config key "caovan_mode"', '--additional-config key "caovan_turing_mma"')
 
-    def validated(self, where: str, turing_mma_where: str) -> PluginSettings:
-        from caovan_kernels.tensorcore75 import validate_mode
-
+    def validated(self, where: str, turing_mma_where: str) -> EnginePluginSettings:
         validate_mode(self.turing_mma, turing_mma_where)
         if self.mode not in MODES:
             raise PluginConfigError(

@@ -63,18 +63,18 @@ def test_no_module_imports_a_higher_floor(package):
 
 
 def test_a_function_level_import_of_our_own_modules_says_why():
-    """Each one in the shipped packages (or the comment opening its block of imports) names the heavy import it
-    defers."""
+    """Each one in the shipped packages has a comment naming the heavy import it defers: on its line, or between the
+    start of its function and it."""
     sources = modules(PACKAGES)
     silent = []
     for source, line in sorted({(edge.source, edge.line) for edge in GRAPH
                                 if edge.in_function and not edge.source.startswith("lab")}):
-        lines = sources[source].read_text().splitlines()
-        at = line - 1
-        while at > 0 and lines[at - 1].lstrip().startswith(("import ", "from ")) and "#" not in lines[at]:
-            at -= 1  # up to the first line of its block of imports
-        explained = "#" in lines[line - 1] or "#" in lines[at] or lines[at - 1].lstrip().startswith("#")
-        if not explained:
+        text = sources[source].read_text()
+        opened = max(node.lineno for node in ast.walk(ast.parse(text))  # the innermost function holding the import
+                     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.lineno < line <= node.end_lineno)
+        lines = text.splitlines()
+        if not any("#" in lines[at] for at in range(opened, line)):
             silent.append(f"{source}:{line}: {lines[line - 1].strip()}")
     assert silent == [], "\n".join(silent)
 

@@ -25,11 +25,11 @@ QWEN36 = Path(__file__).parent / "profile" / "fixtures" / "qwen3_6_27b_awq"
 EMITTERS = f"""
 import json, sys, types
 from caovan_kernels.vllm import activity, layer, plugin
-from caovan_kernels.vllm.settings import PluginSettings
+from caovan_kernels.vllm.settings import EnginePluginSettings
 from caovan_kernels import serve
 
 plugin.register()
-settings = PluginSettings(mode="auto")
+settings = EnginePluginSettings(mode="auto")
 spec = types.SimpleNamespace(speculative_config=types.SimpleNamespace(method="mtp", num_speculative_tokens=3))
 layer._announce(settings, spec, *layer._decide(settings, on_cuda=False))
 for _ in range(10):

@@ -16,12 +16,12 @@ import torch
 assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1", "run the kernel tests through pytest"
 
 # CAOVAN_KERNEL_PATH=fma|mma runs them on a GPU's sm_75 code path (the Turing proxy, without or with TensorCore75:
-# caovan_kernels/turing/paths.py), where a 2080 Ti's kernels are the ones under test. Entered before any compile.
+# lab/turing_paths.py), where a 2080 Ti's kernels are the ones under test. Entered before any compile.
 if os.environ.get("CAOVAN_KERNEL_PATH"):
-    from caovan_kernels.turing import paths
+    from lab import turing_paths
 
     assert torch.cuda.is_available(), "CAOVAN_KERNEL_PATH needs a CUDA GPU"
-    print(f"kernel tests on the {paths.enter(os.environ['CAOVAN_KERNEL_PATH'])} path")
+    print(f"kernel tests on the {turing_paths.enter(os.environ['CAOVAN_KERNEL_PATH'])} path")
 
 
 @pytest.fixture

@@ -9,10 +9,21 @@ import pytest
 import torch
 from gdn_cases import make_inputs, random_states
 
-from caovan_kernels.gdn.accuracy import CHUNK_TOL, rel_err
 from caovan_kernels.gdn import chunk, chunk_gated_delta_rule
 from caovan_kernels.gdn import reference as R
-from caovan_kernels.gdn._common import FMA, TENSOR_CORES, TURING_MMA, DotPlan, plan_for_target
+from caovan_kernels.gdn._common import compile_arch
+from caovan_kernels.gdn.accuracy import CHUNK_TOL, rel_err
+from caovan_kernels.gdn.plan import (
+    FMA,
+    MAX_WGMMA_WARPS2,
+    MMA_SYNC_WARPS2,
+    TENSOR_CORES,
+    TURING_MMA,
+    DotPlan,
+    UnlaunchableBlocks,
+    launchable,
+    prefill_blocks,
+)
 
 
 def _poisoned(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -128,28 +139,26 @@ def test_both_forms_at_the_qwen_layer_shape(gen, device, plan):
     assert max(errors) < CHUNK_TOL[dtype]
 
 
-@pytest.mark.parametrize(("prefetch", "halves", "parallel_output", "state_v_first", "K", "V"), [
-    (True, False, False, False, 32, 32), (False, False, False, False, 32, 32), (True, True, False, False, 32, 32),
-    (True, True, False, True, 32, 32),
-    # a key dim that leaves the second half partly masked (block 64, rows 48-63), and K != V, in both layouts
-    (True, True, False, False, 48, 32), (True, True, False, True, 48, 32),
+@pytest.mark.parametrize(("prefetch", "parallel_output", "state_v_first", "K", "V"), [
+    (True, False, False, 32, 32), (False, False, False, 32, 32),
+    # a key dim that leaves the key block partly masked (block 64, rows 48-63), and K != V, in both layouts
+    (True, False, False, 48, 32), (True, False, True, 48, 32),
     # the outputs from a third kernel, after each of the walks
-    (False, False, True, False, 32, 32), (True, False, True, True, 32, 32), (True, True, True, False, 48, 32),
-    (True, True, True, True, 32, 32),
+    (False, True, False, 32, 32), (True, True, True, 32, 32), (True, True, False, 48, 32),
 ])
-def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, parallel_output, state_v_first, K, V):
+def test_kernel2_with_and_without_prefetch(gen, device, prefetch, parallel_output, state_v_first, K, V):
     """Kernel 2 with its state in registers, the next chunk's keys loaded ahead or not (PrefillBlocks.prefetch; the
-    benchmark sweeps both) at 8 warps, and in the prefetching form at 4 warps with the state in two row halves
-    (halves; the Turing MMA form's default until kernel 3), in both state layouts, with the outputs formed in the walk or by a
-    kernel of their own (parallel_output, at 4 warps: wgmma on sm_90): an empty first sequence (whose ahead-load must stay in bounds), one
-    shorter than a chunk, one ending mid-chunk; outputs and final states against the float64 recurrence. Compiled
-    for sm_90, where Triton 3.6 gets the prefetching loop wrong, the call is refused instead (chunk.launchable)."""
+    benchmark sweeps both), in both state layouts, with the outputs formed in the walk (at 8 warps) or by a kernel
+    of their own (parallel_output, at 4 warps: wgmma on sm_90): an empty first sequence (whose ahead-load must stay in
+    bounds), one shorter than a chunk, one ending mid-chunk; outputs and final states against the float64
+    recurrence. Compiled for sm_90, where Triton 3.6 gets the prefetching loop wrong, the call is refused instead
+    (plan.launchable)."""
     lens, H, HV, dtype = [0, 5, 130], 1, 2, torch.float16
     cu = [0, 0, 5, 135]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     h0 = random_states(gen, len(lens), HV, K, V, device)
-    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, TURING_MMA), prefetch=prefetch, halves=halves,
-                                 warps2=4 if halves or parallel_output else 8, parallel_output=parallel_output)
+    blocks = dataclasses.replace(prefill_blocks(K, V, TURING_MMA), prefetch=prefetch,
+                                 warps2=4 if parallel_output else 8, parallel_output=parallel_output)
     assert blocks.split_k == blocks.bk
     out = _poisoned((1, cu[-1], HV, V), dtype, device)
     call = functools.partial(
@@ -158,8 +167,8 @@ def test_kernel2_with_and_without_prefetch(gen, device, prefetch, halves, parall
         core_attn_out=out, cu_seqlens=torch.tensor(cu, dtype=torch.int32, device=device), plan=PLANS[TURING_MMA],
         blocks=blocks, state_v_first=state_v_first,
     )  # fmt: skip
-    if not chunk.launchable(blocks, chunk.compile_arch(device.type, device.index)):
-        with pytest.raises(ValueError, match="no prefetch"):
+    if not launchable(blocks, compile_arch(device.type, device.index)):
+        with pytest.raises(UnlaunchableBlocks, match="no prefetch"):
             call()
         return
     _, ht = call()
@@ -181,15 +190,14 @@ def test_w_and_u_formed_ahead(gen, device, plan, state_v_first, K, V):
     chunk, one ending mid-chunk, one on the null slot 0 (read as zero, not written); key dims that leave the last
     column block partly masked, K != V both ways, both state layouts; outputs and final states against the float64
     recurrence."""
-    lens, H, HV, dtype = [0, 5, 130, 70], 1, 2, torch.float16
+    H, HV, dtype = 1, 2, torch.float16  # sequences of 0, 5, 130 and 70 tokens
     cu = [0, 0, 5, 135, 205]
     x = make_inputs(gen, 1, cu[-1], H, HV, K, V, dtype, "mild", device)
     states = random_states(gen, 6, HV, K, V, device)  # reference layout [slot, HV, K, V]
     cache = (states.transpose(-1, -2) if state_v_first else states).clone().contiguous()
     before = cache.clone()
     slots = torch.tensor([4, 1, 3, 0], dtype=torch.int32, device=device)
-    blocks = dataclasses.replace(chunk.prefill_blocks(K, V, plan), prefetch=False, halves=False,
-                                 parallel_output=True, wu_ahead=True)
+    blocks = dataclasses.replace(prefill_blocks(K, V, plan), prefetch=False, parallel_output=True, wu_ahead=True)
     out = _poisoned((1, cu[-1], HV, V), dtype, device)
     chunk_gated_delta_rule(
         x.q, x.k, x.v, x.g, x.beta, initial_state=cache, output_final_state=True, core_attn_out=out,
@@ -207,31 +215,9 @@ def test_w_and_u_formed_ahead(gen, device, plan, state_v_first, K, V):
     assert torch.equal(cache[[0, 2, 5]], before[[0, 2, 5]])  # the null slot and the slots no sequence names
 
 
-def test_w_and_u_ahead_needs_the_plain_walk_with_kernel_3():
-    tensor_cores = chunk.prefill_blocks(128, 128, TENSOR_CORES)
-    with pytest.raises(ValueError, match="parallel_output=True, prefetch=False, halves=False"):
-        dataclasses.replace(tensor_cores, parallel_output=False, wu_ahead=True)
-    with pytest.raises(ValueError, match="parallel_output=True, prefetch=False, halves=False"):
-        dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), wu_ahead=True)
-
-
-def test_state_halves_need_the_prefetching_form_and_32_key_rows():
-    with pytest.raises(ValueError, match="halves only in its prefetching form"):
-        dataclasses.replace(chunk.prefill_blocks(128, 128, TURING_MMA), prefetch=False, halves=True)
-    with pytest.raises(ValueError, match="bk >= 32"):
-        dataclasses.replace(chunk.prefill_blocks(16, 16, TURING_MMA), warps2=4, halves=True)
-
-
-def test_prefetch_and_parallel_output_need_the_state_in_registers():
-    with pytest.raises(ValueError, match="split_k == bk"):
-        dataclasses.replace(chunk.prefill_blocks(256, 256, TURING_MMA), prefetch=True)
-    with pytest.raises(ValueError, match="split_k == bk"):
-        dataclasses.replace(chunk.prefill_blocks(128, 128, FMA), parallel_output=True)
-
-
 def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monkeypatch):
     """Compiled for sm_90, Triton 3.6's wgmma code for kernel 2 (4 warps and more) faults at 8 warps and is wrong
-    with prefetch or with key rows that are not 16-byte aligned (chunk.launchable); below 4 warps (mma.sync) all of
+    with prefetch or with key rows that are not 16-byte aligned (plan.launchable); below 4 warps (mma.sync) all of
     those run right. Forms meant for other GPUs run there with those taken out of their defaults (Turing MMA:
     prefetch; FMA: 8 warps), a caller's explicit 8 warps, or prefetch on wgmma, is refused before any
     launch, and prefetch at 2 warps runs. The rule holds for both forms of kernel 2 (the default's walk over w and u
@@ -239,8 +225,10 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
     device is (the interpreter on a CPU; on an sm_90 GPU, for real)."""
     lens, H, HV, K, V, dtype = [70], 1, 2, 128, 128, torch.float16
     x = make_inputs(gen, 1, lens[0], H, HV, K, V, dtype, "mild", device)
-    monkeypatch.setattr(chunk, "compile_arch", lambda device_type, index: 90)
-    turing, fma = chunk.prefill_blocks(K, V, TURING_MMA), chunk.prefill_blocks(K, V, FMA)
+    # plans resolve once per device: a fresh cache, so that the interpreter's plans are not found for sm_90
+    monkeypatch.setattr("caovan_kernels.gdn.plan._plans", {})
+    monkeypatch.setattr("caovan_kernels.gdn.plan.compile_arch", lambda device_type, index: 90)
+    turing, fma = prefill_blocks(K, V, TURING_MMA), prefill_blocks(K, V, FMA)
     assert turing.prefetch and fma.warps2 == 8
     launched, walks = [], []
 
@@ -261,53 +249,31 @@ def test_kernel2_on_sm90_launches_only_what_triton_gets_right(gen, device, monke
     for form in (TURING_MMA, FMA):
         o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[form])
         assert rel_err(o[0], ref_o) < CHUNK_TOL[dtype], form
-    assert launched == [(chunk.MAX_WGMMA_WARPS2, False)] * 2
+    assert launched == [(MAX_WGMMA_WARPS2, False)] * 2
 
-    default = chunk.prefill_blocks(K, V, TENSOR_CORES)
+    default = prefill_blocks(K, V, TENSOR_CORES)
     walk = dataclasses.replace(default, wu_ahead=False)  # the form that can prefetch
     for refused in (dataclasses.replace(default, warps2=8), dataclasses.replace(walk, prefetch=True)):
-        with pytest.raises(ValueError, match="at most 4 warps, no prefetch"):
+        with pytest.raises(UnlaunchableBlocks, match="at most 4 warps, no prefetch"):
             chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=refused)
-        assert chunk.launchable(refused, 75) and chunk.launchable(refused, None) and not chunk.launchable(refused, 90)
+        assert launchable(refused, 75) and launchable(refused, None) and not launchable(refused, 90)
     assert len(launched) == 2
-    mma_sync = dataclasses.replace(walk, warps2=chunk.MMA_SYNC_WARPS2, prefetch=True)
+    mma_sync = dataclasses.replace(walk, warps2=MMA_SYNC_WARPS2, prefetch=True)
     o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES], blocks=mma_sync)
-    assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, True)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    assert launched[2:] == [(MMA_SYNC_WARPS2, True)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
     del launched[2:]
 
     # head dim 100 in fp16: key rows of 200 bytes, which Triton cannot copy asynchronously; mma.sync takes them
     x = make_inputs(gen, 1, 63, 1, 2, 100, 64, dtype, "mild", device)
     o, _ = chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES])
     ref_o, _, _ = R.recurrent_gated_delta_rule(x.q[0], x.k[0], x.v[0], x.g[0], x.beta[0], 100**-0.5, None)
-    assert launched[2:] == [(chunk.MMA_SYNC_WARPS2, False)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
-    # at 2 warps the default's walk over w and u is slow (chunk.prefill_blocks): the fallback walks over Ti
-    assert chunk.prefill_blocks(100, 64, TENSOR_CORES).wu_ahead and walks[-1] == "_chunk_state_output_kernel"
-    with pytest.raises(ValueError, match="key rows of 200 bytes"):
+    assert launched[2:] == [(MMA_SYNC_WARPS2, False)] and rel_err(o[0], ref_o) < CHUNK_TOL[dtype]
+    # at 2 warps the default's walk over w and u is slow (plan.blocks_for_target): the fallback walks over Ti
+    assert prefill_blocks(100, 64, TENSOR_CORES).wu_ahead and walks[-1] == "_chunk_state_output_kernel"
+    with pytest.raises(UnlaunchableBlocks, match="key rows of 200 bytes"):
         chunk_gated_delta_rule(x.q, x.k, x.v, x.g, x.beta, plan=PLANS[TENSOR_CORES],
-                               blocks=chunk.prefill_blocks(100, 64, TENSOR_CORES))
+                               blocks=prefill_blocks(100, 64, TENSOR_CORES))
     assert len(launched) == 3
-
-
-def test_a_tensor_core_plan_takes_native_operands():
-    with pytest.raises(ValueError, match="native=True"):
-        DotPlan("ieee", native=False, form=TURING_MMA)
-    with pytest.raises(ValueError, match="unknown GDN prefill form"):
-        DotPlan("ieee", native=True, form="wmma")
-
-
-@pytest.mark.parametrize("arch,dtype,dims,turing_mma,expected", [
-    (None, torch.float16, (128, 128), True, DotPlan("ieee", True, FMA)),  # the interpreter: fp16 emulated exactly
-    (None, torch.bfloat16, (128, 128), True, DotPlan("ieee", False, FMA)),  # ... bf16 not
-    (90, torch.bfloat16, (128, 128), False, DotPlan("tf32", True, TENSOR_CORES)),
-    (75, torch.float16, (128, 128), True, DotPlan("ieee", True, TURING_MMA)),
-    (75, torch.float16, (256, 256), True, DotPlan("ieee", True, TURING_MMA)),
-    (75, torch.float16, (128, 128), False, DotPlan("ieee", True, FMA)),  # TensorCore75 off
-    (75, torch.float16, (100, 128), True, DotPlan("ieee", True, FMA)),  # a masked head dim spills in MMA form
-    (75, torch.bfloat16, (128, 128), True, DotPlan("ieee", True, FMA)),  # Turing has no bf16 tensor cores
-    (70, torch.float16, (128, 128), True, DotPlan("ieee", True, FMA)),  # TensorCore75 retargets sm_75 only
-])
-def test_plan_for_each_target(arch, dtype, dims, turing_mma, expected):
-    assert plan_for_target(arch, dtype, *dims, turing_mma) == expected
 
 
 def test_chunk_in_kernel_norm_and_gates(gen, device):

@@ -6,9 +6,17 @@ import pytest
 import torch
 from gdn_cases import make_inputs, random_states
 
-from caovan_kernels.gdn.accuracy import CHUNK_TOL, DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
-from caovan_kernels.gdn import chunk_gated_delta_rule, fused_sigmoid_gating_delta_rule_update
+from caovan_kernels.gdn import (
+    chunk_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+)
 from caovan_kernels.gdn import reference as R
+from caovan_kernels.gdn.accuracy import (
+    CHUNK_TOL,
+    DECODE_OUT_TOL,
+    DECODE_STATE_TOL,
+    rel_err,
+)
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 TP = {"tp1": (16, 48), "tp2": (8, 24)}

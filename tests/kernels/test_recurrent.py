@@ -7,11 +7,15 @@ import pytest
 import torch
 from gdn_cases import make_inputs, random_states
 
-from caovan_kernels.gdn.accuracy import DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
-from caovan_kernels.gdn import fused_recurrent_gated_delta_rule, fused_sigmoid_gating_delta_rule_update, l2norm_scale_qk
-from caovan_kernels.gdn import recurrent
+from caovan_kernels.gdn import (
+    fused_recurrent_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+    l2norm_scale_qk,
+    recurrent,
+)
 from caovan_kernels.gdn import reference as R
 from caovan_kernels.gdn._common import interpreting
+from caovan_kernels.gdn.accuracy import DECODE_OUT_TOL, DECODE_STATE_TOL, rel_err
 
 
 @pytest.fixture(params=["device-blocks", "gpu-blocks"])

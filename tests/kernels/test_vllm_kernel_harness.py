@@ -1,5 +1,5 @@
 """The harness that calls vLLM's own Triton kernels for the GPU parity checks and benchmarks
-(caovan_kernels/turing/vllm_kernels.py), checked here through Triton's interpreter at small shapes: its inputs, its
+(lab/vllm_kernels.py), checked here through Triton's interpreter at small shapes: its inputs, its
 calls in vLLM's conventions (paged KV layout, block tables, slot caches) and its references agree. vLLM's chunked
 GDN prefill cannot run here: its kernels call tl.exp through a module alias, which the interpreter does not patch;
 the GPU parity script holds it to the fp64 oracle instead."""
@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from triton.runtime import driver
 
-from caovan_kernels.turing import vllm_kernels as vk
 from caovan_kernels.turing.compile_only import _driver_class
 from caovan_kernels.turing.device_view import RTX_2080_TI
+from lab import vllm_kernels
 
 # Through the interpreter only (the driver is swapped below): on a GPU, scripts/verify_tensorcore75_gpu.py runs these
 # kernels and holds them to the same references.
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the harness through Triton's interpreter; "
                                 "on a GPU run scripts/verify_tensorcore75_gpu.py")
 if not torch.cuda.is_available():
-    vk.use_real_triton()  # vLLM's CPU build hides Triton; the interpreter runs its kernels here
-    vk.gdn_ops()  # imported before the driver below exists, so fla sizes itself for no GPU, as it would in a CPU engine
+    vllm_kernels.use_real_triton()  # vLLM's CPU build hides Triton; the interpreter runs its kernels here
+    # imported before the driver below exists, so fla sizes itself for no GPU, as it would in a CPU engine
+    vllm_kernels.gdn_ops()
 
 
 @pytest.fixture(autouse=True)
@@ -42,22 +42,22 @@ def first_config_autotuning():
 
 
 @pytest.mark.parametrize("case", [
-    vk.AttentionCase("prefill", (21, 11), (0, 40), head_dim=32, heads_q=6, heads_kv=1, block_size=16),
-    vk.AttentionCase("decode", (1, 1, 1), (50, 3, 17), head_dim=32, heads_q=6, heads_kv=1, block_size=32),
-    vk.AttentionCase("verify", (4, 4), (9, 30), head_dim=32, heads_q=6, heads_kv=1, block_size=16),
+    vllm_kernels.AttentionCase("prefill", (21, 11), (0, 40), head_dim=32, heads_q=6, heads_kv=1, block_size=16),
+    vllm_kernels.AttentionCase("decode", (1, 1, 1), (50, 3, 17), head_dim=32, heads_q=6, heads_kv=1, block_size=32),
+    vllm_kernels.AttentionCase("verify", (4, 4), (9, 30), head_dim=32, heads_q=6, heads_kv=1, block_size=16),
 ], ids=lambda c: c.name)
 def test_unified_attention_matches_the_reference(case, device, gen) -> None:
-    inputs = vk.attention_inputs(case, device, gen)
-    out = vk.run_unified_attention(inputs)
-    ref = vk.attention_reference(inputs)
+    inputs = vllm_kernels.attention_inputs(case, device, gen)
+    out = vllm_kernels.run_unified_attention(inputs)
+    ref = vllm_kernels.attention_reference(inputs)
     assert not torch.isnan(out).any(), "rows left unwritten (the output starts as NaN)"
     assert (out.float() - ref).abs().max().item() < 4e-3  # fp16 outputs of O(1): a few ulps
 
 
 def test_gdn_decode_updates_the_slots_in_place(device, gen) -> None:
-    d = vk.gdn_decode_inputs(2, 4, device, gen, H=2, HV=4, K=32, V=32)
+    d = vllm_kernels.gdn_decode_inputs(2, 4, device, gen, H=2, HV=4, K=32, V=32)
     before = d.cache.clone()
-    out, cache = vk.run_gdn_decode(d)
+    out, cache = vllm_kernels.run_gdn_decode(d)
     assert out.shape == d.v.shape and torch.isfinite(out).all()
     written = d.slots.flatten().long()
     assert not torch.equal(cache[written], before[written])

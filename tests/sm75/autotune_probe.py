@@ -17,6 +17,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_kernels as pk  # noqa: E402
 import torch  # noqa: E402
 from triton import knobs  # noqa: E402
 from triton.runtime.autotuner import Autotuner  # noqa: E402
@@ -25,8 +26,6 @@ from caovan_kernels import tensorcore75  # noqa: E402
 from caovan_kernels.tensorcore75.pipeline import LOCAL_BYTES_KEY, METADATA_KEY  # noqa: E402
 from caovan_kernels.turing.compile_only import make_process_compile_only  # noqa: E402
 from caovan_kernels.turing.device_view import RTX_2080_TI  # noqa: E402
-
-import probe_kernels as pk  # noqa: E402
 
 LOG: list[str] = []
 VIEWS = {"sm75": RTX_2080_TI, "sm80": dataclasses.replace(RTX_2080_TI, name="an sm_80 GPU", capability=(8, 0))}
@@ -44,7 +43,7 @@ def _config_name(config: Any) -> str:
 def main(scenario: str) -> dict:
     make_process_compile_only(VIEWS[scenario])
     original = Autotuner.prune_configs
-    tensorcore75._process = tensorcore75.TensorCore75(LOG.append)
+    tensorcore75._process = tensorcore75.TensorCore75Hook(LOG.append)
     tensorcore75.process().activate("force")
     compiled: list[dict] = []
 

@@ -18,14 +18,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import probe_kernels as pk  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 from triton import knobs  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
-import probe_kernels as pk  # noqa: E402
 from caovan_kernels import tensorcore75  # noqa: E402
-from caovan_kernels.tensorcore75.pipeline import LOCAL_BYTES_KEY, METADATA_KEY, REGISTERS_KEY  # noqa: E402
+from caovan_kernels.tensorcore75.pipeline import (  # noqa: E402
+    LOCAL_BYTES_KEY,
+    METADATA_KEY,
+    REGISTERS_KEY,
+)
 
 SM75 = GPUTarget("cuda", 75, 32)
 LOG: list[str] = []
@@ -180,6 +184,6 @@ def scenario(name: str) -> dict:
 
 
 if __name__ == "__main__":
-    tensorcore75._process = tensorcore75.TensorCore75(LOG.append)
+    tensorcore75._process = tensorcore75.TensorCore75Hook(LOG.append)
     out = scenario(sys.argv[1])
     print(json.dumps({"triton": triton.__version__, "log": LOG, "result": out}))

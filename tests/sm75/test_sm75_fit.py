@@ -22,7 +22,7 @@ def test_every_launch_config_fits_sm75() -> None:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     done = subprocess.run(
-        [sys.executable, "-m", "caovan_kernels.gdn.sm75_fit", "--json"],
+        [sys.executable, "-m", "lab.sm75_fit", "--json"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=900,
     )  # fmt: skip
     assert done.stdout.strip(), f"the fitness check printed nothing:\n{done.stderr[-3000:]}"

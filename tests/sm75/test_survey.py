@@ -1,5 +1,5 @@
 """The real Triton kernels of the installed vLLM (unified attention, fla GDN) and Caovan's, compiled for sm_75 the
-way a 2080 Ti launches them, with TensorCore75 on (caovan_kernels/tensorcore75/survey.py): which got mma and which
+way a 2080 Ti launches them, with TensorCore75 on (lab/tensorcore75_survey.py): which got mma and which
 kept Triton's lowering and why, shared memory and spills from ptxas -v for sm_75, the register budget's .maxnreg
 rebuild, and what the autotune pruning leaves to time. The table is printed."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from caovan_kernels.tensorcore75.survey import SM75_SHARED, Compiled, summary, table
+from lab.tensorcore75_survey import SM75_SHARED, Compiled, summary, table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,8 +26,8 @@ def _surveys(tmp: Path, runs: dict[str, tuple[str, str]]) -> dict[str, list[Comp
     started = {}
     for name, (groups, mode) in runs.items():
         out = tmp / f"{name}.json"
-        command = [sys.executable, "-m", "caovan_kernels.tensorcore75.survey", "--only", groups, "--mode", mode,
-                   "--json", str(out)]
+        command = [sys.executable, "-m", "lab.tensorcore75_survey", "--only", groups, "--mode", mode, "--json",
+                   str(out)]
         started[name] = (subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                           env=env, cwd=ROOT), out)
     records = {}

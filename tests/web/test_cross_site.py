@@ -49,7 +49,7 @@ def test_a_page_of_another_site_cannot_start_or_restart_a_keyless_daemon(tmp_pat
     if missing_tools():
         pytest.fail(f"missing {missing_tools()}: {INSTALL_HINT}")
     with served_daemon(tmp_path) as served:
-        machine = served.daemon.machine
+        machine = served.daemon.primary.machine
         before = (machine.state, machine.run)
         server, origin = serve_page(ATTACK.format(daemon=served.url))
         try:

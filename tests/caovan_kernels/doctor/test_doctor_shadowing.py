@@ -6,8 +6,9 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import caovan_kernels
 from doctor_cases import VENV_BIN, by_name, run_doctor_process
+
+import caovan_kernels
 
 INSTALLED = Path(caovan_kernels.__file__).parent
 

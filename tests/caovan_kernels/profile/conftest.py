@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from profile_cases import QWEN36_AWQ
 
 from caovan_kernels.profile import VllmAbilities

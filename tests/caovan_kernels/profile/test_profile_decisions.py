@@ -7,11 +7,17 @@ import json
 import pytest
 from profile_cases import TWO_2080TI
 
-from caovan_kernels.profile import (
-    InventoryError, apply_profile, build_profile, from_version_table, load_model_facts, parse_inventory)
+from caovan_kernels import contract
 from caovan_kernels.contract import MTP_DEFAULT
-from caovan_kernels.profile import memory as mem
-from caovan_manager import embedded
+from caovan_kernels.errors import InventoryError
+from caovan_kernels.profile import (
+    apply_profile,
+    build_profile,
+    from_version_table,
+    load_model_facts,
+    memory,
+    parse_inventory,
+)
 
 
 def test_user_pinned_max_model_len_wins(qwen36_dir, installed_vllm):
@@ -72,7 +78,7 @@ def test_model_without_mtp(model_variant, installed_vllm):
     assert p.decision("AutoSpec").value == "off" and "no MTP head" in p.decision("AutoSpec").reason
     # No draft layer: 16 KV layers; GDN state with a single slot per layer.
     assert p.memory["kv_bytes_per_token"] == 32_768
-    assert p.memory["gdn_state_bytes_per_seq"] == 48 * 1 * mem.cache_layout(
+    assert p.memory["gdn_state_bytes_per_seq"] == 48 * 1 * memory.cache_layout(
         load_model_facts(model), 2, 0, 2, 4).block_tokens * 2048
 
 
@@ -194,8 +200,8 @@ def test_apply_profile_adds_only_what_the_user_did_not_pin(demo_model_dir):
     assert "--speculative-config" in p.args[4:]
     # The embedded default names the demo model only; what a CPU needs comes from the profile, as for any model.
     spec = json.dumps({"method": "mtp", "num_speculative_tokens": MTP_DEFAULT}, separators=(",", ":"))
-    assert apply_profile(str(demo_model_dir), embedded.engine_args(), "cpu").args == [
-        *embedded.engine_args(), "--dtype", "bfloat16", "--speculative-config", spec, "--no-enable-prefix-caching"]
+    assert apply_profile(str(demo_model_dir), contract.embedded_engine_args(), "cpu").args == [
+        *contract.embedded_engine_args(), "--dtype", "bfloat16", "--speculative-config", spec, "--no-enable-prefix-caching"]
     hub = apply_profile("Qwen/Qwen3.6-27B", ["--port", "8001"])
     assert hub.args == ["--port", "8001"] and hub.decisions[0].value == "skipped"
 
@@ -206,7 +212,7 @@ def test_gptq_scales_zeros_and_g_idx_by_hand():
     q = Quantization("gptq", 4, 128, ())
     # 5120 x 1024: packed 5120*1024/2 = 2,621,440; scales 40*1024*2 = 81,920; zeros 40*1024/2 = 20,480;
     # g_idx 5120*4 = 20,480.
-    assert mem.quantized_linear_bytes(mem.Linear("x", 5120, 1024), q) == 2_744_320
+    assert memory.quantized_linear_bytes(memory.Linear("x", 5120, 1024), q) == 2_744_320
 
 
 def test_qwen3_5_nested_config_fields(qwen36_dir):
@@ -224,8 +230,8 @@ def test_vision_tower_is_counted(qwen36_dir, tmp_path, installed_vllm):
     (tmp_path / "config.json").write_text(json.dumps(config))
     # 27 * (4*1152^2 + 2*1152*4304) + (1152*4)^2 + 1152*4*5120 = 411,070,464 + 44,826,624 = 455,897,088 params;
     # fp16, split over 2 GPUs: 455,897,088 B per GPU more than the text-only model.
-    with_vision = mem.weight_bytes_per_gpu(load_model_facts(tmp_path), tp=2)
-    assert with_vision.total - mem.weight_bytes_per_gpu(load_model_facts(qwen36_dir), tp=2).total == 455_897_088
+    with_vision = memory.weight_bytes_per_gpu(load_model_facts(tmp_path), tp=2)
+    assert with_vision.total - memory.weight_bytes_per_gpu(load_model_facts(qwen36_dir), tp=2).total == 455_897_088
     p = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
     assert p.memory["weights_bytes"] == 8_997_980_160 + 455_897_088
     assert "--language-model-only" in p.decision("vision tower").reason

@@ -38,28 +38,27 @@ from __future__ import annotations
 
 import json
 
-from caovan_kernels.profile import build_profile, load_model_facts
-from caovan_kernels.profile import memory as mem
-
 from profile_cases import TWO_2080TI
+
+from caovan_kernels.profile import build_profile, load_model_facts, memory
 
 
 def test_weights_kv_and_gdn_state_per_gpu_at_tp2(qwen36_dir):
     m = load_model_facts(qwen36_dir)
     assert (m.num_gdn_layers, m.num_attention_layers, m.mtp_layers) == (48, 16, 1)
-    weights = mem.weight_bytes_per_gpu(m, tp=2)
+    weights = memory.weight_bytes_per_gpu(m, tp=2)
     assert weights.quantized_linear == 6_429_624_320
     assert weights.embeddings == 2_542_796_800
     assert weights.unquantized_linear == 23_592_960
     assert weights.other == 1_966_080
     assert weights.total == 8_997_980_160
 
-    assert mem.kv_bytes_per_token(m, tp=2, kv_dtype_bytes=2, spec_tokens=3) == 34_816
-    assert mem.kv_bytes_per_token(m, tp=2, kv_dtype_bytes=2, spec_tokens=0) == 32_768  # no draft layer
-    assert mem.gdn_state_page_bytes(m, tp=2, spec_tokens=3, ssm_dtype_bytes=4) == 1_634_304
-    s3 = mem.cache_layout(m, tp=2, spec_tokens=3, kv_dtype_bytes=2, ssm_dtype_bytes=4)
+    assert memory.kv_bytes_per_token(m, tp=2, kv_dtype_bytes=2, spec_tokens=3) == 34_816
+    assert memory.kv_bytes_per_token(m, tp=2, kv_dtype_bytes=2, spec_tokens=0) == 32_768  # no draft layer
+    assert memory.gdn_state_page_bytes(m, tp=2, spec_tokens=3, ssm_dtype_bytes=4) == 1_634_304
+    s3 = memory.cache_layout(m, tp=2, spec_tokens=3, kv_dtype_bytes=2, ssm_dtype_bytes=4)
     assert (s3.block_tokens, s3.gdn_state_bytes_per_seq) == (800, 314_572_800)
-    s4 = mem.cache_layout(m, tp=2, spec_tokens=4, kv_dtype_bytes=2, ssm_dtype_bytes=4)
+    s4 = memory.cache_layout(m, tp=2, spec_tokens=4, kv_dtype_bytes=2, ssm_dtype_bytes=4)
     assert (s4.block_tokens, s4.gdn_state_bytes_per_seq) == (816, 401_080_320)
 
 
@@ -87,7 +86,7 @@ def test_four_sequences_get_mtp3_and_80000_tokens(qwen36_dir, installed_vllm):
     assert _speculative_tokens(p) == 3
     assert p.args[p.args.index("--max-model-len") + 1] == "80000"
     # 80,000 tokens really fit for 4 sequences and one more block would not.
-    layout = mem.cache_layout(load_model_facts(qwen36_dir), 2, 3, 2, 4)
+    layout = memory.cache_layout(load_model_facts(qwen36_dir), 2, 3, 2, 4)
     assert layout.bytes_for(4, 80_000) <= p.memory["pool_bytes"] < layout.bytes_for(4, 80_800)
 
 

@@ -14,7 +14,7 @@ import pytest
 from profile_cases import TWO_2080TI
 
 from caovan_kernels.doctor.profile_checks import check_profile
-from caovan_kernels.doctor.report import Status
+from caovan_kernels.doctor.report import CheckStatus
 from caovan_kernels.profile import build_profile, load_model_facts, parse_inventory
 
 
@@ -69,7 +69,7 @@ def test_profile_on_one_gpu_and_on_the_cpu(qwen3_5_awq_dir, qwen3_5_model_dir, i
 
 def test_doctor_profile_checks_pass_on_the_tiny_checkpoint(qwen3_5_awq_dir):
     checks = {c.name: c for c in check_profile(qwen3_5_awq_dir, parse_inventory(TWO_2080TI))}
-    assert {checks[n].status for n in ("AutoSpec", "AutoMem", "Elastic-KV")} == {Status.PASS}
+    assert {checks[n].status for n in ("AutoSpec", "AutoMem", "Elastic-KV")} == {CheckStatus.PASS}
     assert "MTP=4" in checks["AutoSpec"].detail
 
 

@@ -89,7 +89,9 @@ def test_vllms_model_level_checks_that_need_no_model_class(profile, engine_args)
     from vllm.config.model import _get_and_verify_dtype
     from vllm.config.speculative import SpeculativeConfig
     from vllm.model_executor.layers.quantization import get_quantization_config
-    from vllm.model_executor.layers.quantization.utils.quant_utils import is_layer_skipped
+    from vllm.model_executor.layers.quantization.utils.quant_utils import (
+        is_layer_skipped,
+    )
     from vllm.transformers_utils.config import get_config
 
     hf = get_config(profile.model, trust_remote_code=False)

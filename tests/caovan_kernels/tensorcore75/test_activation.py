@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-import caovan_kernels.tensorcore75 as tc
-from caovan_kernels.vllm.settings import PluginConfigError
+from caovan_kernels import tensorcore75
+from caovan_kernels.errors import PluginConfigError
 
 
 @pytest.fixture
 def hook(monkeypatch: pytest.MonkeyPatch):
     lines: list[str] = []
-    instance = tc.TensorCore75(lines.append)
+    instance = tensorcore75.TensorCore75Hook(lines.append)
     instance.lines = lines
     monkeypatch.delenv("TRITON_OVERRIDE_ARCH", raising=False)
     yield instance
@@ -20,7 +20,7 @@ def hook(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.mark.parametrize("version", ["3.3.1", "3.2.0", "4.0.0", "3.10.0"])
 def test_triton_outside_the_tested_set_is_left_alone(hook, monkeypatch, version) -> None:
-    monkeypatch.setattr(tc, "_triton_version", lambda: version)
+    monkeypatch.setattr(tensorcore75, "_triton_version", lambda: version)
     status = hook.activate("force")
     assert not status.active
     assert hook.lines == [f"[Caovan TensorCore75] off triton={version} mode=force: Triton {version} is outside the "
@@ -28,7 +28,7 @@ def test_triton_outside_the_tested_set_is_left_alone(hook, monkeypatch, version)
 
 
 def test_without_triton_it_says_so(hook, monkeypatch) -> None:
-    monkeypatch.setattr(tc, "_triton_version", lambda: None)
+    monkeypatch.setattr(tensorcore75, "_triton_version", lambda: None)
     assert hook.activate("auto").line() == "[Caovan TensorCore75] off triton=none mode=auto: Triton is not importable"
 
 

@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from caovan_kernels.tensorcore75.cubin import CubinError, Resources, kernel_resources, read_resources
-from tests.caovan_kernels.tensorcore75.sm75_ptx import LOCAL_ARRAY, assemble, live_values, module, tool
+from caovan_kernels.errors import CubinError
+from caovan_kernels.tensorcore75.cubin import (
+    Resources,
+    kernel_resources,
+    read_resources,
+)
+from tests.caovan_kernels.tensorcore75.sm75_ptx import (
+    LOCAL_ARRAY,
+    assemble,
+    live_values,
+    module,
+    tool,
+)
 
 # `spills` loads 64 values, too many for its .maxnreg 32 (ptxas's own report below confirms it spills)
 PTX = module(live_values("spills", 64, 32), live_values("fits", 8, None), LOCAL_ARRAY)

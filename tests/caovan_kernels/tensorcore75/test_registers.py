@@ -8,9 +8,18 @@ import pytest
 
 from caovan_kernels.tensorcore75.cubin import kernel_resources
 from caovan_kernels.tensorcore75.registers import (
-    Binary, register_budget, resident_blocks, spend_register_budget, with_maxnreg,
+    Binary,
+    register_budget,
+    resident_blocks,
+    spend_register_budget,
+    with_maxnreg,
 )
-from tests.caovan_kernels.tensorcore75.sm75_ptx import LOCAL_ARRAY, assemble, live_values, module
+from tests.caovan_kernels.tensorcore75.sm75_ptx import (
+    LOCAL_ARRAY,
+    assemble,
+    live_values,
+    module,
+)
 
 
 @pytest.mark.parametrize(("num_warps", "shared", "budget"), [

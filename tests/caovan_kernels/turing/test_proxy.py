@@ -8,6 +8,7 @@ import pytest
 import torch
 from triton.runtime import driver
 
+from caovan_kernels.errors import ProxyConfigError
 from caovan_kernels.turing import proxy
 from caovan_kernels.turing.device_view import RTX_2080_TI
 
@@ -45,5 +46,5 @@ def test_environment_switch(value, expected):
 
 
 def test_unknown_environment_value_is_a_clear_error():
-    with pytest.raises(proxy.ProxyConfigError, match="use 1 .* triton .* arch .* or 0"):
+    with pytest.raises(ProxyConfigError, match="use 1 .* triton .* arch .* or 0"):
         proxy.requested({proxy.ENV: "yes please"})

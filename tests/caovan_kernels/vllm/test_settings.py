@@ -1,24 +1,25 @@
-"""Plugin configuration: the seed's environment variables and --additional-config keys."""
+"""Plugin configuration: the plugin's environment variables and --additional-config keys."""
 
 import pytest
 
+from caovan_kernels.errors import PluginConfigError
 from caovan_kernels.vllm import auto_choice
 from caovan_kernels.vllm.layer import _decide
-from caovan_kernels.vllm.settings import PluginConfigError, PluginSettings
+from caovan_kernels.vllm.settings import EnginePluginSettings
 
 
 def test_defaults_are_auto_not_required():
-    assert PluginSettings.from_env({}) == PluginSettings(enabled=True, mode="auto", require_turbo3=False)
+    assert EnginePluginSettings.from_env({}) == EnginePluginSettings(enabled=True, mode="auto", require_turbo3=False)
 
 
 def test_environment_is_read_like_the_seed():
-    s = PluginSettings.from_env({"CAOVAN_REQUIRE_TURBO3": "1", "CAOVAN_MODE": " Force "})
+    s = EnginePluginSettings.from_env({"CAOVAN_REQUIRE_TURBO3": "1", "CAOVAN_MODE": " Force "})
     assert s.require_turbo3 and s.mode == "force"
-    assert not PluginSettings.from_env({"CAOVAN_ENABLE": "0"}).enabled
+    assert not EnginePluginSettings.from_env({"CAOVAN_ENABLE": "0"}).enabled
 
 
 def test_additional_config_wins_over_environment():
-    env = PluginSettings.from_env({"CAOVAN_MODE": "off"})
+    env = EnginePluginSettings.from_env({"CAOVAN_MODE": "off"})
     s = env.with_additional_config({"caovan": True, "caovan_mode": "auto", "caovan_require_turbo3": True})
     assert (s.enabled, s.mode, s.require_turbo3) == (True, "auto", True)
     assert env.with_additional_config({"unrelated": 1}) == env
@@ -27,9 +28,9 @@ def test_additional_config_wins_over_environment():
 @pytest.mark.parametrize("bad", ["turbo", "", "AUTO2"])
 def test_unknown_mode_is_a_clear_error(bad):
     with pytest.raises(PluginConfigError, match="auto, off, force"):
-        PluginSettings.from_env({"CAOVAN_MODE": bad})
+        EnginePluginSettings.from_env({"CAOVAN_MODE": bad})
     with pytest.raises(PluginConfigError, match="additional-config"):
-        PluginSettings().with_additional_config({"caovan_mode": bad})
+        EnginePluginSettings().with_additional_config({"caovan_mode": bad})
 
 
 FASTER = lambda: (True, "GDNCore measured faster here")  # noqa: E731 - auto's measured verdicts, as the GPU
@@ -42,7 +43,7 @@ SLOWER = lambda: (False, "stock measured faster here")  # noqa: E731
      ("off", True, FASTER, False), ("force", False, SLOWER, True), ("force", True, SLOWER, True)],
 )
 def test_mode_decides_where_gdncore_runs(mode, on_cuda, auto, active):
-    decided, reason = _decide(PluginSettings(mode=mode), on_cuda, auto)
+    decided, reason = _decide(EnginePluginSettings(mode=mode), on_cuda, auto)
     assert decided is active
     assert f"caovan_mode={mode}" in reason
     if mode == "auto" and on_cuda:
@@ -50,7 +51,7 @@ def test_mode_decides_where_gdncore_runs(mode, on_cuda, auto, active):
 
 
 def test_require_turbo3_outranks_autos_speed_choice():
-    decided, reason = _decide(PluginSettings(mode="auto", require_turbo3=True), True, SLOWER)
+    decided, reason = _decide(EnginePluginSettings(mode="auto", require_turbo3=True), True, SLOWER)
     assert decided and "caovan_require_turbo3" in reason and "stock measured faster here" in reason
 
 
@@ -68,4 +69,4 @@ def test_auto_runs_gdncore_only_where_it_measured_faster(arch, turing_mma, trito
 
 
 def test_disabled_plugin_never_takes_over():
-    assert _decide(PluginSettings(enabled=False, mode="force"), True)[0] is False
+    assert _decide(EnginePluginSettings(enabled=False, mode="force"), True)[0] is False

@@ -1,6 +1,6 @@
 """vLLM's own Triton kernels, called the way vLLM calls them, on inputs built here.
 
-For the sm_75 compile survey (tensorcore75/survey.py), the Turing proxy's parity checks and the benchmarks: the
+For the sm_75 compile survey (lab/tensorcore75_survey.py), the Turing proxy's parity checks and the benchmarks: the
 unified attention of the TRITON_ATTN backend (prefill through its 2D kernel, decode through its 3D kernel and
 segment reduction, as the backend launches them) and the GDN kernels (chunked prefill, the fused decode / MTP verify
 update). Both vLLM families are handled: 0.21 keeps the fla copy in `vllm.model_executor.layers.fla.ops`, newer
@@ -36,7 +36,6 @@ def use_real_triton() -> None:
     import triton
     import triton.language as tl
     import triton.language.extra.libdevice as tldevice
-
     import vllm.triton_utils as vtu
 
     vtu.triton, vtu.tl, vtu.tldevice, vtu.HAS_TRITON = triton, tl, tldevice, True

@@ -16,20 +16,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+from caovan_kernels import tensorcore75
+from caovan_kernels.turing import proxy
+
 PATHS = ("native", "fma", "mma")
 
 
 def enter(path: str) -> str:
     """Put this process on `path` (before any Triton kernel compiles); returns a one-line description."""
-    from caovan_kernels import tensorcore75
-
     if path not in PATHS:
         raise ValueError(f"unknown code path {path!r}; one of {', '.join(PATHS)}")
     if path == "native":
         status = tensorcore75.process().activate("off")
         return f"native ({status.detail})"
-    from caovan_kernels.turing import proxy
-
     proxy.enable()
     status = tensorcore75.process().activate("auto" if path == "mma" else "off")
     if status.active != (path == "mma"):

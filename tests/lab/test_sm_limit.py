@@ -1,6 +1,6 @@
-"""The SM limit of the Turing proxy (caovan_kernels/turing/sm_limit.py) without a GPU: its probe kernel compiles for
-sm_90 and sm_75 and reads the SM id, and without a GPU the limit says why it cannot hold. On a GPU, `limit()` checks
-itself with the probe (eager and from a CUDA graph) before any timing uses it."""
+"""The SM limit of the Turing proxy (lab/sm_limit.py) without a GPU: its probe kernel compiles for sm_90 and sm_75
+and reads the SM id, and without a GPU the limit says why it cannot hold. On a GPU, `limit()` checks itself with the
+probe (eager and from a CUDA graph) before any timing uses it."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from caovan_kernels.turing import sm_limit
+from lab import sm_limit
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 
 COMPILE = """
 import json, subprocess, sys, tempfile
@@ -23,8 +23,8 @@ from pathlib import Path
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from caovan_kernels.gdn.sm75_fit import ptxas_path
-from caovan_kernels.turing.sm_limit import _sm_probe_kernel
+from lab.sm75_fit import ptxas_path
+from lab.sm_limit import _sm_probe_kernel
 found = {}
 for arch, gpu in ((90, "sm_90a"), (75, "sm_75")):
     src = ASTSource(_sm_probe_kernel, {"out_ptr": "*i32", "spin": "i32"}, constexprs={})

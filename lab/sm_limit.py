@@ -1,12 +1,12 @@
 """The Turing proxy on a 2080 Ti's number of SMs.
 
 An H200 has 132 SMs, a 2080 Ti 68. A kernel whose programs outnumber what the SMs hold at once runs in waves
-(tensorcore75.registers.resident_blocks), and on 132 SMs the proxy can run in one wave what a 2080 Ti runs in two:
-GDNCore's prefill kernel 2 for one TP2 sequence is such a launch (docs/gdncore.md, "Residency"). `limit(num_sms)`
-gives a stream of a CUDA green context holding that many SMs (torch.cuda.green_contexts, a beta API; the driver
-may round the count up to its SM granularity), after checking with a probe kernel, which records the SM each of
-its programs ran on, that eager launches and CUDA-graph replays on that stream stay on at most that many SMs. Work
-timed on the stream, graphs captured on it included, then runs on that many SMs.
+(caovan_kernels.tensorcore75.registers.resident_blocks), and on 132 SMs the proxy can run in one wave what a 2080 Ti
+runs in two: GDNCore's prefill kernel 2 for one TP2 sequence is such a launch (docs/gdncore.md, "Residency").
+`limit(num_sms)` gives a stream of a CUDA green context holding that many SMs (torch.cuda.green_contexts, a beta API;
+the driver may round the count up to its SM granularity), after checking with a probe kernel, which records the SM
+each of its programs ran on, that eager launches and CUDA-graph replays on that stream stay on at most that many SMs.
+Work timed on the stream, graphs captured on it included, then runs on that many SMs.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def sms_used(stream: torch.cuda.Stream, graph: bool) -> int:
 def limit(num_sms: int = RTX_2080_TI_SMS, device: int = 0) -> SmLimit:
     """A stream whose work runs on `num_sms` SMs of `device` (more if the driver rounds up), checked by the probe.
     The GPU's own SM count comes from the probe too: on the Turing proxy torch's device properties may be the 2080
-    Ti view's (turing/device_view.py)."""
+    Ti view's (caovan_kernels/turing/device_view.py)."""
     if not torch.cuda.is_available():
         raise SmLimitError("no CUDA GPU here: an SM limit is for timing the Turing proxy on an NVIDIA GPU")
     with torch.cuda.device(device):

@@ -7,7 +7,7 @@ no bf16 instruction, which sm_75 lacks, and its dots run where its form says: th
 holds no mma; the prefill's tensor-core form, compiled through TensorCore75's hook as a 2080 Ti user's process
 compiles it, holds mma.sync m16n8k8.
 
-Run as `python -m caovan_kernels.gdn.sm75_fit [--json]` (TRITON_INTERPRET must be unset).
+Run as `python -m lab.sm75_fit [--json]` from the repository root (TRITON_INTERPRET must be unset).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from caovan_kernels.gdn import chunk, l2norm, recurrent
-from caovan_kernels.gdn._common import CHUNK, FMA, SUB, TURING_MMA, head_block, plan_for_target
+from caovan_kernels import tensorcore75
+from caovan_kernels.gdn import chunk_h, chunk_o, chunk_wy, l2norm, recurrent
+from caovan_kernels.gdn._common import CHUNK, SUB, head_block
+from caovan_kernels.gdn.plan import FMA, TURING_MMA, resolve
 from caovan_kernels.tensorcore75.registers import resident_blocks
 
 SM75 = GPUTarget("cuda", 75, 32)
@@ -95,39 +97,37 @@ def launch_configs() -> list[Config]:
     types = {**ptr_f32, **ints, **floats}
     strides = ["stride_q", "stride_k", "stride_v", "stride_state", "stride_h0", "stride_ht"]
     for dim in HEAD_DIMS:
-        forms = (FMA, TURING_MMA) if plan_for_target(75, torch.float16, dim, dim, True).form == TURING_MMA else (FMA,)
-        for form in forms:
+        with_turing_mma = resolve(75, torch.float16, dim, dim, True).dots.form == TURING_MMA
+        for form in (FMA, TURING_MMA) if with_turing_mma else (FMA,):
             tc = form == TURING_MMA
-            b = chunk.prefill_blocks(dim, dim, form)
+            launch = resolve(75, torch.float16, dim, dim, tc)
+            b = launch.blocks
             ce = {"BKC": b.bkc, "SUB": SUB, "DOT": "ieee", "NATIVE": True, "TENSOR_CORES": tc}
-            fn = chunk._chunk_wy_kernel
+            fn = chunk_wy._chunk_wy_kernel
             configs.append(Config("chunk_wy", f"{form} K=V={dim} BKC={b.bkc} w{b.warps1}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps1, tc))
-            # kernel 2's default; in the prefetching form also the others that `blocks` can launch and the sweeps
-            # time (the state in halves at 4 warps, the whole state at 8), each with the outputs in kernel 3 and in
-            # the walk (the halves form's was the default until 2026-12-03); and the default with its outputs in
+            # kernel 2's default; in the prefetching form also the other that `blocks` can launch and the sweeps
+            # time (8 warps), with the outputs in kernel 3 and in the walk; and the default with its outputs in
             # kernel 3 as Triton specializes it at launch, where an int argument of 1 becomes a constant: per-sequence
-            # states (h0_mode = ht_mode = 1) and vLLM's cache slots (use_has_h0 = 1). (The survey found the halves
-            # form spilling 16 bytes that way.)
+            # states (h0_mode = ht_mode = 1) and vLLM's cache slots (use_has_h0 = 1), which can spill where the
+            # generic launch does not.
             kernel2 = [(b, {})]
             if b.prefetch:
-                others = ([dataclasses.replace(b, halves=True)] if b.bk >= 32 else []) + [dataclasses.replace(b, warps2=8)]
-                kernel2 += [(o, {}) for o in others]
-                kernel2 += [(dataclasses.replace(o, parallel_output=False), {}) for o in others]
+                eight = dataclasses.replace(b, warps2=8)
+                kernel2 += [(eight, {}), (dataclasses.replace(eight, parallel_output=False), {})]
             if b.parallel_output:
                 kernel2 += [(b, {"h0_mode": 1, "ht_mode": 1}), (b, {"use_has_h0": 1})]
-            for (b2, launch), v_first in itertools.product(kernel2, (False, True)):
+            for (b2, specialized), v_first in itertools.product(kernel2, (False, True)):
                 ce = {"BT": CHUNK, "BK": b2.bk, "BV": b2.bv, "SPLIT_K": b2.split_k, "V_FIRST": v_first, "DOT": "ieee", "NATIVE": True,
-                      "PREFETCH": b2.prefetch, "HALVES": b2.halves, "PARALLEL_OUT": b2.parallel_output, **launch}
-                fn = chunk._chunk_state_output_kernel
+                      "PREFETCH": b2.prefetch, "PARALLEL_OUT": b2.parallel_output, **specialized}
+                fn = chunk_h._chunk_state_output_kernel
                 label = (f"{form} K=V={dim} BK={b2.bk} BV={b2.bv} SK={b2.split_k} w{b2.warps2}{' pf' if b2.prefetch else ''}"
-                         f"{' halves' if b2.halves else ''}{' po' if b2.parallel_output else ''} {'VK' if v_first else 'KV'}"
-                         f"{''.join(f' {k}=1' for k in launch)}")
+                         f"{' po' if b2.parallel_output else ''} {'VK' if v_first else 'KV'}"
+                         f"{''.join(f' {k}=1' for k in specialized)}")
                 configs.append(Config("chunk_state_output", label, fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b2.warps2, tc))
             if b.parallel_output:
-                bv3 = min(b.bv3, head_block(dim))
-                ce = {"BT": CHUNK, "BK": b.bk, "BV": bv3, "DOT": "ieee", "NATIVE": True}
-                fn = chunk._chunk_output_kernel
-                configs.append(Config("chunk_output", f"{form} K=V={dim} BK={b.bk} BV={bv3} w{b.warps3}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps3, tc))
+                ce = {"BT": CHUNK, "BK": b.bk, "BV": launch.bv3, "DOT": "ieee", "NATIVE": True}
+                fn = chunk_o._chunk_output_kernel
+                configs.append(Config("chunk_output", f"{form} K=V={dim} BK={b.bk} BV={launch.bv3} w{b.warps3}", fn, _signature(fn, types, ce), ce, strides + _dims_aligned(dim, dim), b.warps3, tc))
         bk, bv, warps3 = recurrent.decode_blocks(dim, dim, interpreted=False)
         for v_first in (False, True):
             ce = {"BK": bk, "BV": bv, "V_FIRST": v_first}
@@ -155,8 +155,6 @@ def ptxas_path() -> str:
 
 
 def check(cfg: Config) -> Fit:
-    from caovan_kernels import tensorcore75
-
     # The hook is the process's: attached for the tensor-core form only, so the FMA form is Triton's own lowering.
     tensorcore75.process().activate("force" if cfg.tensor_cores else "off")
     src = ASTSource(cfg.fn, cfg.signature, constexprs=cfg.constexprs, attrs=_attrs(cfg))

@@ -1,15 +1,16 @@
 """Which Triton kernels of the installed vLLM (and Caovan's own) get Turing tensor cores, and do they fit sm_75?
 
-    python -m caovan_kernels.tensorcore75.survey [--json FILE] [--only attention,gdn,caovan]
+    python -m lab.tensorcore75_survey [--json FILE] [--only attention,gdn,caovan]     (from the repository root)
 
 Runs, without a GPU, the real Python wrappers of vLLM's unified attention (prefill, decode, MTP verify; head_dim
 128 and 256, GQA 6, block sizes 16 and the one vLLM gives Qwen3.6-27B at TP2) and GDN kernels (chunked prefill,
 decode / verify update), and Caovan's GDNCore kernels, at Qwen3.6-27B's TP2 shapes in fp16, as a 2080 Ti would
-launch them (turing/compile_only.py): every kernel, and every autotuning configuration TensorCore75's pruning
-(autotune.py) leaves to compile, is compiled for sm_75 with TensorCore75 on. For each binary it records the decision
-(retargeted to mma, or kept and why), whether the PTX holds the Turing MMA instruction, the shared memory, registers
-and spills as ptxas -v reports them for the PTX Triton keeps (after the .maxnreg rebuild, registers.py), the
-registers and local memory TensorCore75 read from the cubin, and whether the autotuner times it.
+launch them (caovan_kernels/turing/compile_only.py): every kernel, and every autotuning configuration TensorCore75's
+pruning (tensorcore75/autotune.py) leaves to compile, is compiled for sm_75 with TensorCore75 on. For each binary it
+records the decision (retargeted to mma, or kept and why), whether the PTX holds the Turing MMA instruction, the
+shared memory, registers and spills as ptxas -v reports them for the PTX Triton keeps (after the .maxnreg rebuild,
+tensorcore75/registers.py), the registers and local memory TensorCore75 read from the cubin, and whether the
+autotuner times it.
 
 Must run in a process of its own (compile-only changes Triton's driver for the whole process) with
 TRITON_INTERPRET unset.
@@ -31,6 +32,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from caovan_kernels import tensorcore75
+from caovan_kernels.tensorcore75.pipeline import (
+    LOCAL_BYTES_KEY,
+    MAXNREG_KEY,
+    METADATA_KEY,
+    REGISTERS_KEY,
+)
+from caovan_kernels.turing.compile_only import make_process_compile_only
 
 SM75_SHARED = 64 * 1024
 _REGISTERS = re.compile(r"Used (\d+) registers")
@@ -113,8 +123,6 @@ class _Recorder:
         stages["cubin"] = read_ptxas
 
     def listener(self, *, src: Any, metadata: dict, metadata_group: dict, times: Any, cache_hit: bool) -> None:
-        from caovan_kernels.tensorcore75.pipeline import LOCAL_BYTES_KEY, MAXNREG_KEY, METADATA_KEY, REGISTERS_KEY
-
         decision = metadata.get(METADATA_KEY, "off")  # "off": compiled with TensorCore75 off (--mode off)
         ptx_path = next((p for name, p in metadata_group.items() if name.endswith(".ptx")), None)
         ptx = Path(ptx_path).read_text() if ptx_path else ""
@@ -147,31 +155,33 @@ def _config_text(src: Any, num_warps: int) -> str:
     return ", ".join([*(f"{k}={v}" for k, v in constants), f"num_warps={num_warps}"])
 
 
+# The groups import torch, Triton and vLLM (through lab.vllm_kernels) when called: after survey() set Triton's cache.
 def _attention_calls() -> list[tuple[str, Callable[[], Any]]]:
     import torch
 
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
     calls = []
-    for case in vk.attention_cases(prefill_tokens=256):
-        inputs = vk.attention_inputs(case, "cpu", torch.Generator().manual_seed(0))
-        calls.append((f"vllm attention {case.name}", lambda inputs=inputs: vk.run_unified_attention(inputs)))
+    for case in vllm_kernels.attention_cases(prefill_tokens=256):
+        inputs = vllm_kernels.attention_inputs(case, "cpu", torch.Generator().manual_seed(0))
+        calls.append((f"vllm attention {case.name}",
+                      lambda inputs=inputs: vllm_kernels.run_unified_attention(inputs)))
     return calls
 
 
 def _gdn_calls() -> list[tuple[str, Callable[[], Any]]]:
     import torch
 
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
     gen = torch.Generator().manual_seed(0)
-    prefill = vk.gdn_prefill_inputs([200, 77], "cpu", gen)
-    decode = vk.gdn_decode_inputs(2, 1, "cpu", gen)
-    verify = vk.gdn_decode_inputs(2, 4, "cpu", gen)
+    prefill = vllm_kernels.gdn_prefill_inputs([200, 77], "cpu", gen)
+    decode = vllm_kernels.gdn_decode_inputs(2, 1, "cpu", gen)
+    verify = vllm_kernels.gdn_decode_inputs(2, 4, "cpu", gen)
     return [
-        ("vllm gdn prefill", lambda: vk.run_gdn_prefill(prefill)),
-        ("vllm gdn decode", lambda: vk.run_gdn_decode(decode)),
-        ("vllm gdn verify", lambda: vk.run_gdn_decode(verify)),
+        ("vllm gdn prefill", lambda: vllm_kernels.run_gdn_prefill(prefill)),
+        ("vllm gdn decode", lambda: vllm_kernels.run_gdn_decode(decode)),
+        ("vllm gdn verify", lambda: vllm_kernels.run_gdn_decode(verify)),
     ]
 
 
@@ -179,11 +189,11 @@ def _caovan_calls() -> list[tuple[str, Callable[[], Any]]]:
     import torch
 
     from caovan_kernels import gdn
-    from caovan_kernels.turing import vllm_kernels as vk
+    from lab import vllm_kernels
 
     gen = torch.Generator().manual_seed(0)
-    p = vk.gdn_prefill_inputs([200, 77], "cpu", gen)
-    d = vk.gdn_decode_inputs(2, 4, "cpu", gen)
+    p = vllm_kernels.gdn_prefill_inputs([200, 77], "cpu", gen)
+    d = vllm_kernels.gdn_decode_inputs(2, 4, "cpu", gen)
     h0_kv = p.h0.transpose(-1, -2).contiguous()  # GDNCore's public prefill keeps fla's [K, V] states
     return [
         ("caovan gdn prefill", lambda: gdn.chunk_gated_delta_rule(
@@ -206,11 +216,9 @@ def survey(groups: list[str], mode: str = "force") -> list[Compiled]:
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("unset TRITON_INTERPRET: the survey compiles for sm_75")
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="caovan-survey-")  # every kernel built, none reused
-    from triton import knobs
+    from triton import knobs  # Triton, torch and vLLM only once its cache folder is set
 
-    from caovan_kernels import tensorcore75
-    from caovan_kernels.turing.compile_only import make_process_compile_only
-    from caovan_kernels.turing.vllm_kernels import use_real_triton
+    from lab.vllm_kernels import use_real_triton
 
     make_process_compile_only()
     recorder = _Recorder()
