@@ -20,6 +20,7 @@ import torch
 import transformers
 from filelock import FileLock
 
+from caovan_demo.errors import UnknownVariantError
 from caovan_kernels import contract
 
 from . import (
@@ -44,10 +45,6 @@ QWEN3_5_SETTINGS = train.TrainSettings(steps=40, warmup=5)
 DEFAULT = "qwen3_next"
 
 Log = Callable[[str], None]
-
-
-class UnknownVariantError(ValueError):
-    """No demo model of that name; the message lists the ones there are."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,8 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import Qwen3_5Config
 
+from caovan_demo.errors import DemoCheckpointError
+
 from . import awq
 from .architecture_qwen3_5 import Qwen35Demo, build_models
 from .checkpoint import mtp_checkpoint_name, write_generation_config
@@ -21,9 +23,6 @@ WEIGHTS = "model.safetensors"
 DTYPE = torch.bfloat16
 LM_HEAD = "lm_head"
 
-
-class DemoCheckpointError(ValueError):
-    """A directory does not hold a complete Qwen3.5 demo checkpoint; the message says what is missing."""
 
 # What vLLM's multimodal processor reads beside the tokenizer (Qwen3-VL's image and video processors); sized small,
 # so that vLLM's profiling with the largest dummy image stays cheap on a tiny model.

@@ -60,6 +60,9 @@ DEVICE_STEPS = "[Caovan GDNCore] decode steps on the GPU"
 KERNEL_CALLS = "[Caovan GDNCore] kernel calls"
 GPU_COUNTED = "counted on the GPU"  # the decode count of kernel_calls_line when the GPU counts decode steps
 TENSORCORE75 = "[Caovan TensorCore75]"
+# The choices of the two mode settings (the same words, two settings): caovan_mode (GDNCore: auto runs our kernels
+# where they measured faster, off is stock vLLM, force runs them everywhere) and caovan_turing_mma (TensorCore75).
+CAOVAN_MODES = ("auto", "off", "force")
 TENSORCORE75_MODES = ("auto", "off", "force")
 TURING_PROXY = "[Caovan Turing proxy]"
 

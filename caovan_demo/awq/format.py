@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from caovan_demo.errors import AwqFormatError
+
 BITS = 4
 PACK = 32 // BITS  # values per int32 word
 MAX_Q = (1 << BITS) - 1
@@ -21,10 +23,6 @@ GROUP_SIZE = 128
 PACK_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # nibble i of a word holds feature PACK_ORDER[i] of its 8
 SCALE_DTYPE = torch.float16
 TENSOR_SUFFIXES = ("qweight", "qzeros", "scales")
-
-
-class AwqFormatError(ValueError):
-    """A layer cannot be stored in (or read from) the AWQ GEMM format; the message names it and says why."""
 
 
 @dataclass(frozen=True)

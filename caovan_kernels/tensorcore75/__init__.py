@@ -24,7 +24,6 @@ from .census import Census, Counts
 from .pipeline import KernelCompile
 from .seam import TritonCompileSeam, triton_keys_hook, version_tuple
 
-MODES = ("auto", "off", "force")
 TURING = 75
 # Triton releases whose sm_75 pipeline this was checked against (tests/sm75/test_triton_versions.py); others are
 # left alone: their lowering may differ in ways the rewrite does not expect.
@@ -36,7 +35,7 @@ RETARGET_INT8 = True
 
 def validate_mode(value: str, where: str) -> str:
     mode = value.strip().lower()
-    if mode not in MODES:
+    if mode not in contract.TENSORCORE75_MODES:
         raise TuringMmaConfigError(
             f"Caovan: {where} is {value!r}; use auto (tensor cores where Triton compiles for sm_75), off (Triton's "
             "own FMA lowering) or force (retarget sm_75 compiles even without a Turing GPU: compile checks, the "

@@ -7,12 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from caovan_kernels import contract
 from caovan_kernels.errors import PluginConfigError
 from caovan_kernels.tensorcore75 import validate_mode
 
-# auto: our kernels where they measured faster than vLLM's (vllm/auto_choice.py); off: the stock vLLM path, the
-# plugin only reports; force: our kernels everywhere, on the CPU through Triton's interpreter (for tests and proofs).
-MODES = ("auto", "off", "force")
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -54,9 +52,9 @@ class EnginePluginSettings:
 
     def validated(self, where: str, turing_mma_where: str) -> EnginePluginSettings:
         validate_mode(self.turing_mma, turing_mma_where)
-        if self.mode not in MODES:
+        if self.mode not in contract.CAOVAN_MODES:
             raise PluginConfigError(
-                f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(MODES)} "
+                f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(contract.CAOVAN_MODES)} "
                 "(auto = our kernels where they measured faster than vLLM's, off = stock vLLM, "
                 "force = our kernels everywhere)"
             )
