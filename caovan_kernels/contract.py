@@ -63,7 +63,7 @@ TENSORCORE75 = "[Caovan TensorCore75]"
 # The choices of the two mode settings (the same words, two settings): caovan_mode (GDNCore: auto runs our kernels
 # where they measured faster, off is stock vLLM, force runs them everywhere) and caovan_turing_mma (TensorCore75).
 CAOVAN_MODES = ("auto", "off", "force")
-TENSORCORE75_MODES = ("auto", "off", "force")
+TENSORCORE75_MODES = CAOVAN_MODES
 TURING_PROXY = "[Caovan Turing proxy]"
 
 

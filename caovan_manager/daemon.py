@@ -42,7 +42,7 @@ from caovan_manager.supervisor.state import State
 logger = logging.getLogger("caovan.daemon")
 
 
-def demo_model(log: Callable[[str], None]) -> Path:
+def build_embedded_model(log: Callable[[str], None]) -> Path:
     """The embedded default's folder, built (trained) on first use and cached."""
     import caovan_demo  # torch and transformers: imported only when a model is to be built
 
@@ -93,7 +93,7 @@ class Daemon:
         for warning in exposure_warnings(self.settings):
             logger.warning("SECURITY: %s (README, Security)", warning)
         await asyncio.to_thread(self.reap_orphans)
-        self.catalog = await asyncio.to_thread(build_catalog, self.settings, lambda: demo_model(log), self.given_target)
+        self.catalog = await asyncio.to_thread(build_catalog, self.settings, lambda: build_embedded_model(log), self.given_target)
         for entry in self.catalog:
             self.masker.add_engine(entry.target.args, engine_environment(
                 self.settings, {**entry.target.env, **os.environ, **entry.target.env_overrides}))

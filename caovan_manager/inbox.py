@@ -19,6 +19,9 @@ class Outcome:
     accepted: bool
     message: str
     conflict: bool = False  # refused because of the current state (HTTP 409), not because of bad input
+    # Accepted, for another owner to carry out: the caller passes this command on and answers with that owner's
+    # Outcome (placement lets a loaded model's supervisor restart it, and report why it would not).
+    then: object | None = None
 
 
 class Inbox(Generic[M]):

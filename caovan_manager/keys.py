@@ -49,7 +49,6 @@ def inference_key_accepted(security: SecuritySettings, authorization: str | None
     return matches(presented_key(authorization), security.inference_keys + security.admin_keys)
 
 
-
 def exposure_warnings(settings: Settings) -> list[str]:
     """What a daemon listening beyond this machine leaves open, in words for its log (empty on a loopback address)."""
     host = settings.host

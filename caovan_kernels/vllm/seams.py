@@ -29,14 +29,14 @@ class SeamCheck:
 
 SEAMS = (
     GdnLayerSeam("qwen_gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn",
-         "QwenGatedDeltaNetAttention",
-         ("register_oot", "_forward_core", "forward_cpu", "rearrange_mixed_qkv", "_output_projection"), True),
+                 "QwenGatedDeltaNetAttention",
+                 ("register_oot", "_forward_core", "forward_cpu", "rearrange_mixed_qkv", "_output_projection"), True),
     GdnLayerSeam("gdn_pluggable_layer", "vllm.model_executor.layers.mamba.gdn_linear_attn", "GatedDeltaNetAttention",
-         ("register_oot", "_forward_core", "rearrange_mixed_qkv"), False),
+                 ("register_oot", "_forward_core", "rearrange_mixed_qkv"), False),
     # Before the PluggableLayer seam, the kernels were module functions of the model file: taking them over would
     # mean monkeypatching module globals, which we do not do; it is reported so the doctor shows what it saw.
     GdnLayerSeam("qwen3_next_module_functions", "vllm.model_executor.models.qwen3_next", "Qwen3NextGatedDeltaNet",
-         ("forward",), False, takeover=False),
+                 ("forward",), False, takeover=False),
 )
 
 

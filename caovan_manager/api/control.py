@@ -1,5 +1,5 @@
-"""POST /start, /stop, /restart: admin calls on the primary model, answered with the supervisor's (or, for a start or
-stop among several models, placement's) decision."""
+"""POST /start, /stop, /restart: admin calls on the primary model, answered with its supervisor's decision; among
+several models placement decides first (and lets the supervisor answer a restart in place)."""
 
 from __future__ import annotations
 

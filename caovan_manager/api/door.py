@@ -128,7 +128,7 @@ class FrontDoor:
         try:
             check_target(raw_path)
         except TargetRefused as exc:
-            await _refuse(scope, send, 400, str(exc), openai, "invalid_request_target")
+            await _refuse(scope, send, exc.status, str(exc), openai, "invalid_request_target")
             return
         if scope["type"] == "http" and not openai:
             headers = dict(scope["headers"])

@@ -24,7 +24,7 @@ def model_sink(request: Request, model: str | None) -> LogSink:
     try:
         return request.app.state.daemon.slot(model).sink
     except UnknownModel as exc:
-        raise HTTPException(404, detail=str(exc)) from None
+        raise HTTPException(exc.status, detail=str(exc)) from None
 
 
 @router.get("/logs", summary="The last N lines of an engine's output (and the daemon's notes about it)",

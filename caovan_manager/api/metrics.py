@@ -31,7 +31,7 @@ async def engine_metrics(request: Request, model: str | None = Query(
     try:
         slot = daemon.slot(model or None)  # an empty ?model= meant the first model here
     except UnknownModel as exc:
-        return Response(f"# {exc}\n", status_code=404, media_type="text/plain")
+        return Response(f"# {exc}\n", status_code=exc.status, media_type="text/plain")
     upstream = slot.gate.upstream if slot.gate.mode == "open" else None
     if upstream is None:
         return Response(f"# the engine of {slot.name} is {slot.machine.state.value}; its metrics return once it is "

@@ -35,7 +35,7 @@ async def place(request: Request, name: str, message: type[Load] | type[Unload],
     try:
         slot = daemon.slot(name)
     except UnknownModel as exc:
-        raise HTTPException(404, detail=str(exc)) from None
+        raise HTTPException(exc.status, detail=str(exc)) from None
     outcome = await daemon.placement.command(message(slot.name, reason))
     return decision(slot.machine.state.value, outcome)
 

@@ -5,9 +5,9 @@ the documentation."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, create_model
 
 from caovan_kernels.contract import TensorCore75Counts
 
@@ -85,12 +85,18 @@ class MarkerRow(Strict):
     text: str | None
 
 
+# The count line's fields as the contract defines them (one definition), held as strictly as the rest.
+TensorCore75Kernels = create_model(
+    "TensorCore75Kernels", __base__=Strict, __doc__=TensorCore75Counts.__doc__,
+    **{name: (kind, ...) for name, kind in get_type_hints(TensorCore75Counts).items()})
+
+
 class TensorCore75State(Strict):
     state: str | None
     triton: str | None
     mode: str | None
     detail: str | None
-    kernels: TensorCore75Counts | None  # the count line's fields, as the contract defines them
+    kernels: TensorCore75Kernels | None
 
 
 class HangDetectorView(Strict):

@@ -35,13 +35,7 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
     return {
         **engine_state(primary, now),
         "daemon": {"pid": os.getpid(), "uptime_s": round(time.time() - daemon.started_at, 1)},
-        "engine": None if run is None else {
-            **run_facts(primary),
-            "alive": m.state not in (State.STOPPED, State.BACKOFF, State.FAILED),
-            "uptime_s": round(now - run.started_at, 1),
-            "vllm_version": run.engine_version,
-            "mtp_tokens": run.mtp_tokens,
-        },
+        "engine": None if run is None else engine_document(primary, now),
         "model": primary.entry.target.model,
         "embedded_default": primary.entry.target.embedded,
         "command": primary.effective_command(),
@@ -65,6 +59,22 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
             "baseline": act.baseline.as_dict() if act.baseline else None},
         "proxy": proxy_document(primary.gate),
         "models": model_documents(daemon),
+    }
+
+
+def engine_document(slot: ModelSlot, now: float) -> dict[str, Any]:
+    """The primary's current run in full (the /events stream sends this dict as it is: its key order is kept)."""
+    m, run = slot.machine, slot.machine.run
+    facts = run_facts(slot)
+    return {
+        "run_id": facts["run_id"],
+        "alive": m.state not in (State.STOPPED, State.BACKOFF, State.FAILED),
+        "pid": facts["pid"],
+        "address": facts["address"],
+        "uptime_s": round(now - run.started_at, 1),
+        "ready_s": facts["ready_s"],
+        "vllm_version": run.engine_version,
+        "mtp_tokens": run.mtp_tokens,
     }
 
 

@@ -34,7 +34,7 @@ def serve(
     # `caovan --help` and the other commands start at once.
     from caovan_manager.app import create_app
     from caovan_manager.config import load_settings
-    from caovan_manager.daemon import demo_model
+    from caovan_manager.daemon import build_embedded_model
     from caovan_manager.engine.launch import resolve_target
     from caovan_manager.engine.process import check_port_free
     from caovan_manager.errors import ConfigError, PortInUse
@@ -65,7 +65,7 @@ def serve(
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per engine poll otherwise
     # One model: resolved here (building the demo model if none was given), so its name is in the first line.
     target = None if settings.models else resolve_target(
-        settings, lambda: demo_model(lambda msg: typer.echo(msg, err=True)))
+        settings, lambda: build_embedded_model(lambda msg: typer.echo(msg, err=True)))
     application = create_app(settings, target)
     base = f"http://{settings.host}:{settings.port}"
 

@@ -12,7 +12,6 @@ from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import SwapSettings
 from caovan_manager.inbox import Inbox, Outcome
 from caovan_manager.supervisor.messages import (
-    RestartCommand,
     SleepCommand,
     StartCommand,
     StopCommand,
@@ -45,10 +44,6 @@ class SlotEffects:
     def sleep(self, model: str, reason: str) -> None:
         logger.info("putting %s to sleep: %s", model, reason)
         self.slots[model].supervisor.post(SleepCommand(reason))
-
-    def restart(self, model: str, reason: str) -> None:
-        logger.info("restarting %s: %s", model, reason)
-        self.slots[model].supervisor.post(RestartCommand(reason))
 
     def pending(self, model: str) -> int:
         return self.slots[model].gate.pending
@@ -83,6 +78,7 @@ class PlacementOwner:
     def __init__(self, catalog: Catalog, slots: dict[str, ModelSlot], swap: SwapSettings,
                  events: Broadcaster[dict[str, Any]]) -> None:
         self._inbox: Inbox[PlacementMessage] = Inbox("caovan-placement", self._handle, logger)
+        self.slots = slots
         self.effects = SlotEffects(slots, self.post, events)
         self.placement = Placement(catalog, self.effects, swap.fairness_s, swap.idle_s, time.monotonic)
         for name, slot in slots.items():
@@ -97,7 +93,10 @@ class PlacementOwner:
         self._inbox.post(message)
 
     async def command(self, message: PlacementMessage) -> Outcome:
-        return await self._inbox.command(message)
+        outcome = await self._inbox.command(message)
+        if outcome.then is not None:  # placement decided; the model's supervisor carries it out and answers
+            return await self.slots[message.model].supervisor.command(outcome.then)
+        return outcome
 
     def start(self) -> None:
         self._inbox.start()

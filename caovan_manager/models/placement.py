@@ -1,9 +1,9 @@
 """Which models run: the one owner of placement, a plain state machine over the models' engines and their demand.
 
 Each model has its own supervisor (start, ready, restart with backoff, drain, stop); this machine only decides when
-one is started or stopped, from the messages below, and acts through its effects (a recording fake in the unit
-tests). It reads each model's pending requests (in flight or queued at its gate) through the effects, inside its
-own loop, at the moment it decides.
+one is started or stopped (or restarted where it stands), from the messages below, and acts through its effects (a
+recording fake in the unit tests). It reads each model's pending requests (in flight or queued at its gate) through
+the effects, inside its own loop, at the moment it decides.
 
     a request waits for a stopped model  -> Demand    -> start it if no running model shares a GPU with it;
                                                          else stop those that share one, once each is evictable
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from caovan_manager.inbox import Outcome
+from caovan_manager.supervisor.messages import RestartCommand
 from caovan_manager.supervisor.state import State, StateChanged
 
 from .catalog import Catalog, ModelEntry
@@ -102,9 +103,6 @@ class PlacementEffects(Protocol):
 
     def sleep(self, model: str, reason: str) -> None:
         """Tell the model's supervisor to drain its engine and put it to sleep (or stop it, lacking sleep mode)."""
-
-    def restart(self, model: str, reason: str) -> None:
-        """Tell the model's supervisor to drain and restart its engine, on the GPUs it holds."""
 
     def pending(self, model: str) -> int:
         """Requests of this model in flight or queued at its gate, now."""
@@ -257,9 +255,9 @@ class Placement:
 
     def _on_Restart(self, msg: Restart) -> Outcome:
         slot = self.slots[msg.model]
-        if slot.wanted and not slot.stuck:
-            self.fx.restart(msg.model, msg.reason)
-            return Outcome(True, f"restarting {msg.model} ({slot.state.value})")
+        if slot.wanted and not slot.stuck and slot.state not in (State.STOPPED, State.FAILED):
+            # Loaded (or loading): it keeps its GPUs; its supervisor drains and restarts it, or says why not.
+            return Outcome(True, f"restarting {msg.model}", then=RestartCommand(msg.reason))
         return self._on_Load(Load(msg.model, msg.reason))
 
     def _on_Unload(self, msg: Unload) -> Outcome:

@@ -182,7 +182,7 @@ class _Exchange:
             try:
                 upstream = await gate.enter(deadline)
             except Unavailable as exc:
-                await self.error(503, exc.reason, "engine_unavailable", {"Retry-After": str(exc.retry_after_s)})
+                await self.error(exc.status, exc.reason, "engine_unavailable", {"Retry-After": str(exc.retry_after_s)})
                 return False
             self.admitted = True
             refused = self._sampling_refusal()

@@ -30,4 +30,4 @@ class Answer:
 class Router(Protocol):
     def route(self, method: str, path: str, body: bytes, content_type: str) -> Route | Answer:
         """The route of a request below /v1/ (`path` without the prefix), or the daemon's own Answer; raises
-        BadRouteRequest (or UnknownModel) where no engine can be chosen."""
+        BadRouteRequest where no engine can be chosen."""

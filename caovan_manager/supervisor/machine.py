@@ -59,6 +59,7 @@ from .state import GATE_ON_ENTRY, State, check_transition
 # What follows a drain: a stop (then stopped / started again / backoff), or sleep ("wake": a start came meanwhile).
 AfterStop = Literal["stop", "start", "backoff", "sleep", "wake"]
 
+
 class Machine:
     def __init__(
         self,
@@ -353,9 +354,9 @@ class Machine:
 
     def _spawn(self) -> None:
         version = self._launch_version()
+        self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
         run = Run(self._run_ids(), version, self.clock())
         self.run = run
-        self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
         self.fx.record_run(run.run_id, version)
         self.fx.spawn(run.run_id, version)
         self.fx.probe_ready(run.run_id)
@@ -382,19 +383,19 @@ class Machine:
             self._finish_activation("rolled_back", act.reason)
 
     def _drain_then(self, after: AfterStop, reason: str) -> None:
-        self.after_stop = after
         self._enter(State.DRAINING, reason)
+        self.after_stop = after
         self.fx.drain(self.run.run_id, self.settings.drain_timeout_s)
 
     def _wake(self) -> None:
-        self.after_stop = "stop"
         self._enter(State.WAKING, "waking up from sleep mode")
+        self.after_stop = "stop"
         self.fx.wake(self.run.run_id)
         self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(self.run.run_id))
 
     def _stop_then(self, after: AfterStop, reason: str) -> None:
-        self.after_stop = after
         self._enter(State.STOPPING, reason)
+        self.after_stop = after
         self.fx.stop_watching()
         self.fx.cancel_timer("startup")
         self.fx.cancel_timer("banner")
@@ -520,5 +521,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-

@@ -1,8 +1,9 @@
 """An engine's states, the one table of legal changes between them, and the typed fact of a change.
 
 The machine (caovan_manager.supervisor.machine) is the only writer; every change it makes is checked against
-TRANSITIONS, so a decision that would move an engine along an edge nobody drew fails loudly (in the unit tests, and in
-the daemon's log) instead of leaving the engine in a state the rest of the daemon does not expect. A change is
+TRANSITIONS before it happens, so a decision that would move an engine along an edge nobody drew is refused loudly
+(in the unit tests, and in the daemon's log with the message that led to it) instead of moving the engine into a state
+the rest of the daemon does not expect. A change is
 published once, as a StateChanged, to everyone who follows the engine (the events stream, the metrics, placement).
 """
 

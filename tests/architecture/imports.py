@@ -109,10 +109,18 @@ def cycles(graph: list[Edge]) -> list[list[str]]:
 
 
 def floor_of(module: str, floors: list[tuple[str, ...]]) -> int | None:
-    """The floor of the longest prefix that names the module (or a package above it)."""
+    """The floor of the longest entry that names the module: `a.b` names a.b and everything below it, `a.*` the
+    whole package a, and a bare top-level name `a` only a's own __init__ (so a new subpackage must be placed)."""
     best, best_len = None, -1
-    for level, prefixes in enumerate(floors):
-        for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
-                best, best_len = level, len(prefix)
+    for level, entries in enumerate(floors):
+        for entry in entries:
+            if entry.endswith(".*"):
+                root = entry[:-2]
+                hit = module == root or module.startswith(root + ".")
+            elif "." in entry:
+                hit = module == entry or module.startswith(entry + ".")
+            else:
+                hit = module == entry
+            if hit and len(entry) > best_len:
+                best, best_len = level, len(entry)
     return best

@@ -12,7 +12,7 @@ def test_defaults_are_auto_not_required():
     assert EnginePluginSettings.from_env({}) == EnginePluginSettings(enabled=True, mode="auto", require_turbo3=False)
 
 
-def test_environment_is_read_like_the_seed():
+def test_the_plugins_environment_variables_are_read_case_and_space_insensitively():
     s = EnginePluginSettings.from_env({"CAOVAN_REQUIRE_TURBO3": "1", "CAOVAN_MODE": " Force "})
     assert s.require_turbo3 and s.mode == "force"
     assert not EnginePluginSettings.from_env({"CAOVAN_ENABLE": "0"}).enabled

