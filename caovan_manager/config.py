@@ -11,7 +11,7 @@ import getpass
 import os
 import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -178,6 +178,67 @@ class PluginSettings(BaseModel):
     banner_timeout_s: float = Field(30, ge=0, description="Wait for the plugin banner after ready.")
 
 
+# The canary's built-in prompts: prose, a list, code, arithmetic, Chinese, a passage whose prefill spans several of
+# the GDN kernels' 64-token chunks, and runs of unrelated words. No learnt pattern carries the continuation of those,
+# so it leans on what the layers' state holds: the small demo models, which memorised their text, decode familiar
+# prompts right even from a never-written GDN state, but not all of these (the first two expose it on the CPU demo,
+# the last three on the Qwen3.5 demo on CUDA: docs/verification.md). Any text works: the check needs no stored answer.
+CANARY_PROMPTS = (
+    "The capital of France is",
+    "Monday, Tuesday, Wednesday,",
+    "def fibonacci(n):\n    ",
+    "Question: what is 17 plus 25? Answer:",
+    "请用一句话介绍长城：",
+    "A lighthouse keeper kept a log of every ship that passed the rocks below his tower. In the spring he counted "
+    "fishing boats and ferries; in the summer, yachts and the occasional tall ship with its sails furled; in the "
+    "autumn the storms came and the log filled with the names of freighters that sheltered in the bay until the "
+    "wind turned. One night in November the lamp failed, and he climbed the stairs with a lantern and",
+    "from forest was one of of of market coffee the blue at night of winter from city window engine from three",
+    "from music this of stone engine market was as letter this for two garden night garden doctor by",
+    "two silver garden her red two two for this his silver window on forest engine was one and stone in blue",
+    "in of letter the this three window paper",
+    "blue engine the by winter city forest of of letter silver his her at as this that coffee by",
+)
+
+
+class CanarySettings(BaseModel):
+    """OutputLock's canary: after every start, wake-up and plugin activation, then periodically, the engine's decode
+    path is checked against its own prefill path (greedy; no stored answer needed)."""
+
+    enabled: bool = Field(True, description="Check answers after starts, wake-ups and activations, and on the timer.")
+    prompts: list[str] = Field(default_factory=lambda: list(CANARY_PROMPTS), min_length=1,
+                               description="Prompts of a canary run (greedy completions); the built-in set covers "
+                                           "prose, code, arithmetic, Chinese, a multi-chunk prefill and unrelated "
+                                           "words.")
+    max_tokens: int = Field(24, ge=2, le=1024, description="Tokens generated and checked per prompt.")
+    tie_margin: float = Field(0.25, ge=0, description=(
+        "A generated token that is not the prefill's first counts as a tie, not a failure, when its log-probability "
+        "is within this of the first's (fp16/bf16 prefill and decode kernels differ in their last bits)."))
+    timeout_s: float = Field(120, gt=0, description="Longest canary run; longer = `not run` (never a pass).")
+    interval_s: float = Field(900, ge=0, description="Seconds between periodic runs on a ready engine; 0 = only "
+                                                     "after starts, wake-ups, activations and on request.")
+    idle_s: float = Field(2, ge=0, description="A periodic run sends each request only after no user request has "
+                                               "been in flight for this long.")
+    busy_wait_s: float = Field(300, gt=0, description="How long a periodic run waits for such a quiet moment "
+                                                      "before it reports `not run` (busy).")
+    action: Literal["alert", "restart", "rollback", "fallback"] = Field("alert", description=(
+        "On a failed canary: alert (the engine serves, marked degraded), restart (as after a crash, with backoff "
+        "and supervisor.max_restarts), rollback (back to the last plugin version whose canary passed) or fallback "
+        "(restart with fallback_args added). A plugin activation whose canary fails is rolled back whatever this "
+        "says."))
+    fallback_args: list[str] = Field(default_factory=lambda: ["--enforce-eager"], description=(
+        "vLLM arguments added for action = fallback: no CUDA graphs and no torch.compile by default; "
+        "['--compilation-config', '{\"cudagraph_mode\": \"PIECEWISE\"}'] keeps piecewise graphs, "
+        "['--additional-config', '{\"caovan_mode\": \"off\"}'] runs stock vLLM kernels."))
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompts(cls, value: list[str]) -> list[str]:
+        if any(not prompt.strip() for prompt in value):
+            raise ValueError("an empty canary prompt checks nothing; remove it")
+        return value
+
+
 class LogSettings(BaseModel):
     dir: Path | None = Field(None, description="Engine log files; none = <state_dir>/logs.")
     max_bytes: int = Field(20_000_000, ge=1000)
@@ -210,6 +271,7 @@ class Settings(BaseSettings):
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
     logs: LogSettings = Field(default_factory=LogSettings)
+    canary: CanarySettings = Field(default_factory=CanarySettings)
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="Several models swapped on demand "
                                              "by the request's model name; none = the one `engine` model.")
     swap: SwapSettings = Field(default_factory=SwapSettings)

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from caovan_manager.canary.verdict import PURPOSES, CanaryVerdict
 from caovan_manager.gpu import gpu_samples
 from caovan_manager.logwatch import events
 from caovan_manager.supervisor.effects import RESTART_CAUSES
@@ -64,6 +65,19 @@ class DaemonMetrics:
                                        buckets=SWAP_BUCKETS, registry=r)
         self.last_used = Gauge("caovan_model_last_used_timestamp_seconds", "When a request last left or entered "
                                "this model's queue (Unix time)", m, registry=r)
+        # OutputLock's canary: the engine's decode path checked against its own prefill path.
+        self.canary_runs = Counter("caovan_canary_runs", "Canary runs by purpose (start, wake, activation, "
+                                   "periodic, on_demand), whatever their result", [*m, "purpose"], registry=r)
+        self.canary_failures = Counter("caovan_canary_failures", "Canary runs whose decode tokens disagreed with "
+                                       "the prefill beyond the tie margin", m, registry=r)
+        self.canary_not_run = Counter("caovan_canary_not_run", "Canary runs that could not check the answers "
+                                      "(busy engine, request error, timeout): never counted as a pass", m, registry=r)
+        self.canary_agreement = Gauge("caovan_canary_agreement", "Share of the last checked canary's tokens that were "
+                                      "the prefill's first choice (0..1)", m, registry=r)
+        self.canary_last_success = Gauge("caovan_canary_last_success_timestamp_seconds", "When a canary last passed "
+                                         "(Unix time; 0 = none yet)", m, registry=r)
+        self.canary_degraded = Gauge("caovan_canary_degraded", "1 while the engine's last completed canary failed "
+                                     "(the degraded condition)", m, registry=r)
         # Proxy series: `model` is a configured name, or "unknown" for a request naming none of them.
         self.proxy_requests = Counter("caovan_proxy_requests", "Proxied requests by endpoint and status",
                                       [*m, "endpoint", "status"], registry=r)
@@ -95,6 +109,12 @@ class ModelMetrics:
             families.marker.labels(name, marker).set(0)
         families.swaps.labels(name)
         families.swap_duration.labels(name)  # at zero: a model's first swap is then an increase rate() sees
+        for purpose in PURPOSES:
+            families.canary_runs.labels(name, purpose)
+        families.canary_failures.labels(name)
+        families.canary_not_run.labels(name)
+        families.canary_last_success.labels(name).set(0)
+        families.canary_degraded.labels(name).set(0)
 
     def bind_gate(self, waiting: Callable[[], float], in_flight: Callable[[], float]) -> None:
         self.f.proxy_queue.labels(self.name).set_function(waiting)
@@ -109,6 +129,19 @@ class ModelMetrics:
 
     def restarted(self, cause: str) -> None:
         self.f.restarts.labels(self.name, cause).inc()
+
+    def canary_checked(self, verdict: CanaryVerdict, degraded: bool) -> None:
+        f, name = self.f, self.name
+        f.canary_runs.labels(name, verdict.purpose).inc()
+        if verdict.result == "failed":
+            f.canary_failures.labels(name).inc()
+        elif verdict.result == "not_run":
+            f.canary_not_run.labels(name).inc()
+        else:
+            f.canary_last_success.labels(name).set(verdict.at)
+        if verdict.agreement is not None:
+            f.canary_agreement.labels(name).set(verdict.agreement)
+        f.canary_degraded.labels(name).set(1 if degraded else 0)
 
     def swapped_in(self, waited_s: float) -> None:
         self.f.swaps.labels(self.name).inc()

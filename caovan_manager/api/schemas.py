@@ -10,6 +10,7 @@ from typing import Any, get_type_hints
 from pydantic import BaseModel, ConfigDict, create_model
 
 from caovan_kernels.contract import TensorCore75Counts
+from caovan_manager.canary.verdict import CanaryVerdict, Disagreement
 
 
 class Strict(BaseModel):
@@ -99,6 +100,38 @@ class TensorCore75State(Strict):
     kernels: TensorCore75Kernels | None
 
 
+# A canary verdict as CanaryVerdict.as_dict gives it (the dataclasses define the fields once).
+CanaryEvidence = create_model(
+    "CanaryEvidence", __base__=Strict, __doc__=Disagreement.__doc__,
+    **{name: (kind, ...) for name, kind in get_type_hints(Disagreement).items()})
+CanaryRun = create_model(
+    "CanaryRun", __base__=Strict, __doc__="One canary run's verdict: passed, failed (with the first disagreement as "
+                                          "evidence) or not_run (with the reason in detail).",
+    evidence=(CanaryEvidence | None, ...), agreement=(float | None, ...),
+    **{name: (kind, ...) for name, kind in get_type_hints(CanaryVerdict).items()
+       if name not in ("evidence", "margins")})
+
+
+class CanaryState(Strict):
+    """OutputLock's canary of one engine: its settings, the last verdict and the degraded condition."""
+
+    enabled: bool
+    action: str
+    interval_s: float
+    running: str | None  # the purpose of the run in progress
+    runs: int
+    last: CanaryRun | None
+    degraded: CanaryRun | None  # the failed verdict the engine is degraded by, until a canary passes
+    fallback_args: list[str] | None  # the arguments its runs carry after canary.action = fallback
+
+
+class CanaryAnswer(Strict):
+    model: str
+    state: str
+    degraded: bool
+    verdict: CanaryRun
+
+
 class HangDetectorView(Strict):
     timeout_s: float
     pending_requests: float
@@ -149,6 +182,7 @@ class ModelState(Strict):
     last_used: float | None
     swaps: int
     proxy: ProxyState
+    canary: CanaryState
 
 
 class ModelList(Strict):
@@ -178,6 +212,7 @@ class StatusDocument(Strict):
     last_error: str
     hang_detector: HangDetectorView
     activation: ActivationState | None
+    canary: CanaryState
     proxy: ProxyState
     models: list[ModelState]
 

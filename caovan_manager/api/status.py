@@ -57,6 +57,7 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "activation": None if act is None else {
             "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
             "baseline": act.baseline.as_dict() if act.baseline else None},
+        "canary": canary_document(primary),
         "proxy": proxy_document(primary.gate),
         "models": model_documents(daemon),
     }
@@ -112,8 +113,20 @@ def model_documents(daemon: Daemon) -> list[dict[str, Any]]:
             "last_used": None if placed.last_request is None else round(time.time() - (now - placed.last_request), 1),
             "swaps": placed.swaps_in,
             "proxy": proxy_document(slot.gate),
+            "canary": canary_document(slot),
         })
     return rows
+
+
+def canary_document(slot: ModelSlot) -> dict[str, Any]:
+    m = slot.machine
+    return {
+        "enabled": m.canary.enabled, "action": m.canary.action, "interval_s": m.canary.interval_s,
+        "running": m.canary_running, "runs": m.canaries,
+        "last": None if m.last_canary is None else m.last_canary.as_dict(),
+        "degraded": None if m.degraded is None else m.degraded.as_dict(),
+        "fallback_args": list(m.canary.fallback_args) if m.fallback else None,
+    }
 
 
 def launch_document(run: Run | None, daemon_command: list[str]) -> dict[str, Any]:

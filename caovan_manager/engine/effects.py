@@ -6,6 +6,8 @@ Every method returns at once and reports back through `post`, so the supervisor'
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import shlex
 import time
 from collections.abc import Callable, Coroutine
@@ -16,6 +18,8 @@ from typing import Any
 import httpx
 
 from caovan_manager.broadcaster import Broadcaster
+from caovan_manager.canary import conversation
+from caovan_manager.canary.verdict import CanaryVerdict, Purpose, not_run
 from caovan_manager.config import Settings
 from caovan_manager.gpu import wait_gpu_released
 from caovan_manager.logwatch.parser import normalise_line, parse_line
@@ -26,6 +30,7 @@ from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.upstream import Upstream, open_upstream
 from caovan_manager.store import Store
 from caovan_manager.supervisor.messages import (
+    CanaryChecked,
     Drained,
     Exited,
     LogLine,
@@ -44,6 +49,8 @@ from . import probe
 from .launch import EngineTarget, build_launch, option_value
 from .process import EngineProcess
 
+logger = logging.getLogger("caovan.canary")
+
 
 @dataclass
 class RunHandle:
@@ -52,6 +59,7 @@ class RunHandle:
     process: EngineProcess | None = None
     spawned: asyncio.Event = field(default_factory=asyncio.Event)  # set once the spawn attempt is over
     tasks: set[asyncio.Task] = field(default_factory=set)
+    canary: asyncio.Task | None = None  # the run's canary in progress (one at a time)
     last_line: str = ""
 
     @property
@@ -108,18 +116,21 @@ class EngineEffects:
 
     # The engine process -------------------------------------------------------------------------------------------
 
-    def spawn(self, run_id: int, version: str | None) -> None:
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
         socket_path = self.socket_folder / f"run-{run_id}.sock"
         run = RunHandle(run_id, open_upstream(socket_path, self.settings.proxy, self.engine_headers))
         self.runs[run_id] = run
-        self._spawn_task(self._spawn(run, version), run)
+        self._spawn_task(self._spawn(run, version, fallback), run)
 
-    async def _spawn(self, run: RunHandle, version: str | None) -> None:
+    async def _spawn(self, run: RunHandle, version: str | None, fallback: bool) -> None:
         try:
             site = self.site_for(version)
             run.upstream.socket_path.unlink(missing_ok=True)  # left by a run killed with this id: vLLM would not bind
             cwd = self.settings.state_dir / "run"
-            spec = build_launch(self.settings, self.target, run.upstream.socket_path, cwd, site)
+            target = self.target
+            if fallback:  # after the engine's own arguments: argparse keeps an option's last value
+                target = dataclasses.replace(target, args=[*target.args, *self.settings.canary.fallback_args])
+            spec = build_launch(self.settings, target, run.upstream.socket_path, cwd, site)
             shown = self.masker.command(spec.command)
             self.sink.open_run(run.run_id)
             self.sink.write(f"caovan: run {run.run_id}: {shlex.join(shown)}", source="daemon")
@@ -256,6 +267,47 @@ class EngineEffects:
             return
         self.post(Measured(run.run_id, result))
 
+    def canary(self, run_id: int, purpose: Purpose) -> None:
+        run = self.runs[run_id]
+        if run.canary is not None:
+            run.canary.cancel()
+        run.canary = self._spawn_task(self._canary(run, purpose), run)
+
+    async def _canary(self, run: RunHandle, purpose: Purpose) -> None:
+        settings = self.settings.canary
+        periodic = purpose == "periodic"
+        # A periodic run waits for quiet moments (at most busy_wait_s each), the others run at once.
+        bound = settings.timeout_s + (settings.busy_wait_s if periodic else 0)
+        started = time.monotonic()
+        try:
+            model = await probe.served_model(run.client)
+            verdict = await asyncio.wait_for(conversation.ask(
+                run.client, model, settings, purpose, self._quiet_moment if periodic else None), bound)
+        except asyncio.TimeoutError:
+            verdict = not_run(purpose, settings.tie_margin, f"no verdict within {bound:g} s (canary.timeout_s)",
+                              time.monotonic() - started)
+        except probe.UNUSABLE_ANSWER as exc:
+            verdict = not_run(purpose, settings.tie_margin, f"the canary could not ask the engine: "
+                              f"{str(exc) or type(exc).__name__}", time.monotonic() - started)
+        self.post(CanaryChecked(run.run_id, dataclasses.replace(verdict, run_id=run.run_id)))
+
+    async def _quiet_moment(self) -> bool:
+        """Wait until no user request has been in flight or queued for canary.idle_s; False after busy_wait_s."""
+        settings = self.settings.canary
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.busy_wait_s
+        quiet_since: float | None = None
+        while loop.time() < deadline:
+            now = loop.time()
+            if self.gate.pending:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            if quiet_since is not None and now - quiet_since >= settings.idle_s:
+                return True
+            await asyncio.sleep(min(0.1, settings.idle_s or 0.1))
+        return False
+
     # Time ---------------------------------------------------------------------------------------------------------
 
     def set_timer(self, name: str, delay_s: float, message: Message) -> None:
@@ -308,6 +360,21 @@ class EngineEffects:
 
     def save_active_version(self, version: str | None) -> None:
         self.store.save_active_version(version)
+
+    def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
+        self.metrics.canary_checked(verdict, degraded)
+        shown = self.masker.deep(verdict.as_dict())
+        self.events.publish({**shown, "type": "canary", "time": verdict.at, "model": self.metrics.name,
+                             "degraded": degraded})
+        line = f"caovan: canary ({verdict.purpose}) {verdict.result.replace('_', ' ')}: {shown['detail']}"
+        if verdict.evidence is not None:
+            e = shown["evidence"]
+            line += (f"; first disagreement: prompt {e['prompt']!r}, token {e['position']}: decode {e['got']} "
+                     f"{e['got_text']!r}, prefill {e['expected']} {e['expected_text']!r} (margin "
+                     f"{'> ' if e['at_least'] else ''}{e['margin']:.4g})")
+        self.sink.write(line, source="daemon")
+        logger.log(logging.WARNING if verdict.result != "passed" else logging.INFO, "%s (model %s)", line,
+                   self.metrics.name)
 
     def engine_address(self, run_id: int) -> str | None:
         """Where a run listens (`unix:<socket>`), for /status."""

@@ -38,9 +38,9 @@ from .catalog import Catalog, ModelEntry
 
 # States in which a model holds (or is about to hold) its GPUs.
 # An asleep model keeps its process but gives its GPU memory back: it occupies nothing.
-OCCUPYING = (State.STARTING, State.READY, State.DRAINING, State.STOPPING, State.BACKOFF, State.FALLING_ASLEEP,
-             State.WAKING)
-LOADING = (State.STARTING, State.BACKOFF, State.WAKING)
+OCCUPYING = (State.STARTING, State.CHECKING, State.READY, State.DRAINING, State.STOPPING, State.BACKOFF,
+             State.FALLING_ASLEEP, State.WAKING)
+LOADING = (State.STARTING, State.CHECKING, State.BACKOFF, State.WAKING)
 
 
 @dataclass(frozen=True)

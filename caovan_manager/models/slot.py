@@ -51,7 +51,8 @@ class ModelSlot:
         self.supervisor = Supervisor(self.metrics, events)
         self.effects = EngineEffects(settings, entry.target, self.supervisor.post, self.sink, self.gate, store,
                                      plugins.site_dir, self.metrics, events, masker, socket_folder)
-        self.supervisor.attach(Machine(self.effects, settings.supervisor, settings.plugins, time.monotonic,
+        self.supervisor.attach(Machine(self.effects, settings.supervisor, settings.plugins, settings.canary,
+                                       time.monotonic,
                                        bundled_version=bundled_version, plugin=plugin, run_ids=run_ids,
                                        on_demand=routed,
                                        start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start"))

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from caovan_manager.canary.verdict import CanaryVerdict, Purpose
+
 from .messages import Message
 
-RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback", "wake_failed")
+RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback", "wake_failed", "canary")
 
 
 class Effects(Protocol):
     # The engine process ----------------------------------------------------------------------------------------------
-    def spawn(self, run_id: int, version: str | None) -> None:
-        """Start the engine on plugin `version` (None = bundled); reports Spawned or SpawnFailed, later Exited."""
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
+        """Start the engine on plugin `version` (None = bundled), with canary.fallback_args added if `fallback`;
+        reports Spawned or SpawnFailed, later Exited."""
 
     def probe_ready(self, run_id: int) -> None:
         """Poll /health, then send a tiny completion; reports ReadyProbe."""
@@ -37,6 +40,10 @@ class Effects(Protocol):
 
     def measure(self, run_id: int) -> None:
         """Run the verification benchmark on the running engine; reports Measured."""
+
+    def canary(self, run_id: int, purpose: Purpose) -> None:
+        """Check the engine's answers (OutputLock's canary, bounded by canary.timeout_s); a periodic run sends each
+        request only when no user request is in flight; reports CanaryChecked."""
 
     # Time -------------------------------------------------------------------------------------------------------------
     def set_timer(self, name: str, delay_s: float, message: Message) -> None:
@@ -72,3 +79,7 @@ class Effects(Protocol):
                           details: dict[str, Any]) -> None: ...
 
     def save_active_version(self, version: str | None) -> None: ...
+
+    def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
+        """A canary verdict, for the metrics, the events stream and the daemon's log; `degraded`: the engine now
+        carries the condition (its last completed canary failed)."""

@@ -3,7 +3,8 @@
 It owns the engine state and never acts itself: every action is a call on the effects layer, whose results come back
 as messages. No clock reads except the injected `clock`, no I/O, no awaits, so unit tests drive it directly.
 
-    stopped --start--> starting --ready--> ready --restart/stop/activate--> draining --drained--> stopping
+    stopped --start--> starting --ready--> checking --canary--> ready --restart/stop/activate--> draining --drained-->
+    stopping
     stopping --group gone--> starting (restart) | stopped (stop) | backoff (failure) ; backoff --timer--> starting
     any failure beyond max_restarts consecutive --> failed (with the reason)
 
@@ -13,7 +14,12 @@ vLLM's sleep mode, for a model swapped out by placement (a stop where the engine
     asleep --stop/restart/exit--> stopping ; a failed sleep stops the engine, a failed wake restarts it
 
 A plugin activation rides on the same transitions: measure the current version, drain, restart on the new one,
-check its banner, measure again, keep it or roll back to the previous version.
+check its answers (the canary), its banner, measure again, keep it or roll back to the previous version.
+
+OutputLock: an engine that serves is checked before it counts as ready (`checking`, requests held), then
+periodically and on request while ready. A failed canary marks it degraded until one passes, and
+canary.action says what else happens (alert, restart, rollback to the last version whose canary passed, or a restart
+with canary.fallback_args).
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from typing import Literal
 
 from caovan_kernels import contract
 from caovan_kernels.contract import SLEEP_MODE_FLAG
-from caovan_manager.config import PluginSettings, SupervisorSettings
+from caovan_manager.canary.verdict import CanaryVerdict, Purpose
+from caovan_manager.config import CanarySettings, PluginSettings, SupervisorSettings
 from caovan_manager.inbox import Outcome
 from caovan_manager.logwatch import events
 
@@ -35,6 +42,9 @@ from .messages import (
     ActivateCommand,
     BackoffElapsed,
     BannerTimedOut,
+    CanaryChecked,
+    CanaryCommand,
+    CanaryDue,
     Drained,
     Exited,
     LogLine,
@@ -66,6 +76,7 @@ class Machine:
         effects: Effects,
         settings: SupervisorSettings,
         plugin_settings: PluginSettings,
+        canary_settings: CanarySettings,
         clock: Callable[[], float],
         bundled_version: str,
         active_version: str | None = None,
@@ -78,6 +89,7 @@ class Machine:
         self.fx = effects
         self.settings = settings
         self.plugin_settings = plugin_settings
+        self.canary = canary_settings
         self.clock = clock
         self.bundled_version = bundled_version
         self.plugin = plugin or PluginChoice(active_version)
@@ -101,6 +113,16 @@ class Machine:
         self.leftovers = False  # processes of the last run survived SIGKILL: its GPUs are not free
         self._failure_cause = "crash"
         self.hang = HangDetector(settings.hang_timeout_s)
+        # OutputLock: the verdict of the canary now running (its purpose), the last one, the failed one the engine is
+        # degraded by (until a canary passes), how many completed, the plugin version whose canary last passed (a
+        # rollback's target; unknown until one passed), and whether later runs carry canary.fallback_args (until an
+        # admin's restart).
+        self.canary_running: Purpose | None = None
+        self.last_canary: CanaryVerdict | None = None
+        self.degraded: CanaryVerdict | None = None
+        self.canaries = 0
+        self.good_versions: list[str | None] = []  # oldest first, each once
+        self.fallback = False
 
     @property
     def active_version(self) -> str | None:
@@ -148,7 +170,7 @@ class Machine:
         if self.state is State.READY:
             self._drain_then("stop", cmd.reason)
             return Outcome(True, "draining in-flight requests, then stopping the engine")
-        if self.state in (State.STARTING, State.WAKING, State.ASLEEP):
+        if self.state in (State.STARTING, State.CHECKING, State.WAKING, State.ASLEEP):
             self._stop_then("stop", cmd.reason)
         else:  # draining, falling asleep or stopping already: only the next step changes
             self.after_stop = "stop"
@@ -173,11 +195,12 @@ class Machine:
     def _on_RestartCommand(self, cmd: RestartCommand) -> Outcome:
         if self.activation is not None:
             return self._busy_with_activation()
+        self.fallback = False  # an admin's restart tries the configured arguments again
         if self.state is State.READY:
             self._note_restart("requested", cmd.reason)
             self._drain_then("start", cmd.reason)
             return Outcome(True, "draining in-flight requests, then restarting the engine")
-        if self.state in (State.STARTING, State.WAKING, State.ASLEEP):
+        if self.state in (State.STARTING, State.CHECKING, State.WAKING, State.ASLEEP):
             self._note_restart("requested", cmd.reason)
             self._stop_then("start", cmd.reason)
             return Outcome(True, "restarting the engine")
@@ -205,6 +228,14 @@ class Machine:
         return Outcome(True, f"activating plugin version {self._label(cmd.version)}: measuring the current version "
                              f"first, then restarting on the new one and verifying it")
 
+    def _on_CanaryCommand(self, cmd: CanaryCommand) -> Outcome:
+        if self.canary_running is not None:
+            return Outcome(True, f"a canary run ({self.canary_running}) is in progress; its verdict is the answer")
+        if self.state is not State.READY or self.run is None:
+            return Outcome(False, f"a canary needs a ready engine; the engine is {self.state.value}", conflict=True)
+        self._ask_canary("on_demand")
+        return Outcome(True, "checking the engine's answers: decode against prefill over the canary prompts")
+
     # Reports of the effects layer ---------------------------------------------------------------------------------
 
     def _on_Spawned(self, msg: Spawned) -> None:
@@ -220,8 +251,8 @@ class Machine:
         if not self._current(msg.run_id):
             return
         self.run.returncode = msg.returncode
-        if self.state in (State.STARTING, State.READY, State.DRAINING, State.FALLING_ASLEEP, State.ASLEEP,
-                          State.WAKING):
+        if self.state in (State.STARTING, State.CHECKING, State.READY, State.DRAINING, State.FALLING_ASLEEP,
+                          State.ASLEEP, State.WAKING):
             detail = self.run.last_fatal or msg.last_line
             why = f": {detail}" if detail else ""
             how = (f"was killed by {_signal_name(-msg.returncode)}" if msg.returncode < 0
@@ -232,7 +263,7 @@ class Machine:
         if not (self._current(msg.run_id) and self.state in (State.STARTING, State.WAKING)):
             return
         if msg.ok:
-            self._became_ready()
+            self._serving()
         elif self.state is State.WAKING:
             self._engine_failed("wake_failed", f"the engine did not serve after waking up: {msg.detail}")
         else:
@@ -323,6 +354,33 @@ class Machine:
             self._rollback(f"the plugin banner did not appear within {self.plugin_settings.banner_timeout_s:g} s "
                            f"of the engine being ready: the plugin was not loaded")
 
+    def _on_CanaryDue(self, msg: CanaryDue) -> None:
+        if not self._current(msg.run_id) or self.state is not State.READY:
+            return
+        if self.canary_running is None and self.activation is None:
+            self._ask_canary("periodic")
+        else:  # busy with a canary or an activation's measurements: the next period
+            self._schedule_canary()
+
+    def _on_CanaryChecked(self, msg: CanaryChecked) -> None:
+        if not self._current(msg.run_id) or self.canary_running is None:
+            return
+        verdict = msg.verdict
+        self.canary_running = None
+        self.canaries += 1
+        self.last_canary = verdict
+        if verdict.result == "passed":
+            self.degraded = None
+            self.good_versions = [v for v in self.good_versions if v != self.run.version] + [self.run.version]
+        elif verdict.result == "failed":
+            self.degraded = verdict
+        self.fx.record_canary(verdict, degraded=self.degraded is not None)
+        if self.state is State.CHECKING:
+            self._after_first_canary(verdict)
+        elif self.state is State.READY:
+            if verdict.result != "failed" or not self._act_on_failure(verdict):
+                self._schedule_canary()
+
     def _on_Measured(self, msg: Measured) -> None:
         act = self.activation
         if act is None or not self._current(msg.run_id) or self.state is not State.READY:
@@ -357,10 +415,86 @@ class Machine:
         self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
         run = Run(self._run_ids(), version, self.clock())
         self.run = run
+        self.canary_running = None  # a canary of the last run no longer reports
         self.fx.record_run(run.run_id, version)
-        self.fx.spawn(run.run_id, version)
+        self.fx.spawn(run.run_id, version, self.fallback)
         self.fx.probe_ready(run.run_id)
         self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(run.run_id))
+
+    def _serving(self) -> None:
+        """The engine answers: check its answers first (canary.enabled), then count it ready."""
+        if not self.canary.enabled:
+            self._became_ready()
+            return
+        self.fx.cancel_timer("startup")  # the canary has its own bound (canary.timeout_s)
+        act = self.activation
+        purpose: Purpose = ("activation" if act is not None and act.phase == "switch"
+                            else "wake" if self.state is State.WAKING else "start")
+        self._enter(State.CHECKING, f"checking the engine's answers before serving (canary after the {purpose})")
+        self._ask_canary(purpose)
+
+    def _after_first_canary(self, verdict: CanaryVerdict) -> None:
+        """The verdict of the canary an engine must pass before it counts as ready."""
+        act = self.activation
+        if act is not None and act.phase == "switch":
+            if verdict.result == "passed":
+                self._became_ready()
+            else:  # a switch is verified: answers it could not check are no better than wrong ones
+                self._rollback(_canary_failure(verdict), drain=False)
+            return
+        if verdict.result == "failed" and act is None and self._act_on_failure(verdict):
+            return
+        self._became_ready()
+
+    def _act_on_failure(self, verdict: CanaryVerdict) -> bool:
+        """canary.action on a failed canary outside an activation; True when the engine is being restarted."""
+        why = _canary_failure(verdict)
+        self.last_error = why
+        action = self.canary.action
+        found, target = self._rollback_target()
+        if action == "restart" or (action == "rollback" and not found):
+            if action == "rollback":
+                why += "; canary.action = rollback, but no other plugin version passed a canary here: restarting"
+            if self.state is State.CHECKING:  # as a failed start: backoff, and `failed` after max_restarts
+                self._engine_failed("canary", why)
+            else:
+                self._restart_after_canary(f"restarting (canary.action = restart): {why}")
+            return True
+        if action == "rollback":
+            self.fx.record_activation(self.active_version, target, "rolled_back", f"canary.action = rollback: {why}",
+                                      {"canary": verdict.as_dict()})
+            self.active_version = target
+            self.fx.save_active_version(target)
+            self._restart_after_canary(f"rolling back to plugin version {self._label(target)}, the last whose "
+                                       f"canary passed (canary.action = rollback): {why}")
+            return True
+        if action == "fallback" and not self.fallback:
+            self.fallback = True
+            self._restart_after_canary(f"restarting with canary.fallback_args {' '.join(self.canary.fallback_args)} "
+                                       f"(canary.action = fallback): {why}")
+            return True
+        return False  # alert, or a fallback run failing too: it serves, marked degraded
+
+    def _restart_after_canary(self, reason: str) -> None:
+        self._note_restart("canary", reason)
+        if self.state is State.CHECKING:  # no user request reached it: nothing to drain
+            self._stop_then("start", reason)
+        else:
+            self._drain_then("start", reason)
+
+    def _rollback_target(self) -> tuple[bool, str | None]:
+        """(found, version): the last other plugin version whose canary passed here (None = the bundled one)."""
+        current = self.run.version if self.run else self.active_version
+        others = [version for version in self.good_versions if version != current]
+        return (True, others[-1]) if others else (False, None)
+
+    def _ask_canary(self, purpose: Purpose) -> None:
+        self.canary_running = purpose
+        self.fx.canary(self.run.run_id, purpose)
+
+    def _schedule_canary(self) -> None:
+        if self.canary.enabled and self.canary.interval_s > 0:
+            self.fx.set_timer("canary", self.canary.interval_s, CanaryDue(self.run.run_id))
 
     def _became_ready(self) -> None:
         self.fx.cancel_timer("startup")
@@ -368,8 +502,10 @@ class Machine:
             self.run.ready_at = self.clock()
         self.failures = 0
         self.hang.reset()
-        self._enter(State.READY, "serving")
+        self._enter(State.READY, "serving" if self.degraded is None else "serving, degraded: its canary failed "
+                                                                        "(canary.action = alert)")
         self.fx.watch_progress(self.run.run_id)
+        self._schedule_canary()
         act = self.activation
         if act is None:
             return
@@ -437,12 +573,13 @@ class Machine:
             self._finish_activation("failed", reason)
         self._enter(State.FAILED, reason)
 
-    def _rollback(self, reason: str) -> None:
+    def _rollback(self, reason: str, drain: bool = True) -> None:
         act = self.activation
         act.phase = "rollback"
         act.reason = reason
         self._note_restart("rollback", f"rolling back: {reason}")
-        self._drain_then("start", f"rolling back to plugin version {self._label(act.from_version)}: {reason}")
+        then = self._drain_then if drain else self._stop_then
+        then("start", f"rolling back to plugin version {self._label(act.from_version)}: {reason}")
 
     def _finish_activation(self, outcome: str, reason: str) -> None:
         act = self.activation
@@ -514,6 +651,18 @@ class Machine:
 
     def _label(self, version: str | None) -> str:
         return f"bundled ({self.bundled_version})" if version is None else version
+
+
+def _canary_failure(verdict: CanaryVerdict) -> str:
+    """A canary that did not pass, in one sentence with its evidence."""
+    if verdict.result == "not_run":
+        return f"the canary could not check the answers: {verdict.detail}"
+    e = verdict.evidence
+    gap = f"more than {e.margin:.4g}" if e.at_least else f"{e.margin:.4g}"
+    return (f"the canary failed: {verdict.disagreements} of {verdict.tokens} generated tokens disagree with the "
+            f"prefill; first at token {e.position} of prompt {e.prompt!r}: decode gave {e.got} {e.got_text!r}, the "
+            f"prefill picks {e.expected} {e.expected_text!r}, {gap} ahead in log-probability (tie margin "
+            f"{e.tie_margin:g})")
 
 
 def _signal_name(number: int) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from caovan_manager.canary.verdict import CanaryVerdict
 from caovan_manager.logwatch import events
 
 # Commands (the API's requests; each gets an Outcome back) -----------------------------------------------------------
@@ -39,7 +40,12 @@ class ActivateCommand:
     version: str | None  # None = the plugin bundled with the daemon
 
 
-Command = StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand
+@dataclass(frozen=True)
+class CanaryCommand:
+    """Check the ready engine's answers now (POST /models/{name}/canary)."""
+
+
+Command = StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand | CanaryCommand
 
 
 # Reports of the effects layer ---------------------------------------------------------------------------------------
@@ -155,6 +161,21 @@ class BannerTimedOut:
     run_id: int
 
 
+@dataclass(frozen=True)
+class CanaryDue:
+    """The periodic canary's timer."""
+
+    run_id: int
+
+
+@dataclass(frozen=True)
+class CanaryChecked:
+    """A canary run's verdict (passed, failed, or not run with the reason)."""
+
+    run_id: int
+    verdict: CanaryVerdict
+
+
 Report = (Spawned | SpawnFailed | Exited | ReadyProbe | StartupTimedOut | Drained | StoppedGroup | BackoffElapsed
-          | Progress | LogLine | Measured | BannerTimedOut | Slept | Woke)
+          | Progress | LogLine | Measured | BannerTimedOut | Slept | Woke | CanaryDue | CanaryChecked)
 Message = Command | Report

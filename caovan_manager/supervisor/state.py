@@ -20,6 +20,9 @@ from caovan_manager.errors import IllegalTransition
 class State(str, Enum):
     STOPPED = "stopped"
     STARTING = "starting"
+    # Serving (its /health and a completion answered) but not yet counted ready: OutputLock's canary checks its answers
+    # first, so requests, placement and an activation's verdict never see an engine that answers wrong.
+    CHECKING = "checking"
     READY = "ready"
     DRAINING = "draining"
     STOPPING = "stopping"
@@ -37,12 +40,13 @@ TRANSITIONS: dict[State, frozenset[State]] = {
     State.STOPPED: frozenset({State.STARTING}),
     State.FAILED: frozenset({State.STARTING, State.STOPPED}),
     State.BACKOFF: frozenset({State.STARTING, State.STOPPED}),
-    State.STARTING: frozenset({State.READY, State.STOPPING}),
+    State.STARTING: frozenset({State.CHECKING, State.READY, State.STOPPING}),  # ready directly: no canary
+    State.CHECKING: frozenset({State.READY, State.STOPPING}),
     State.READY: frozenset({State.DRAINING, State.STOPPING}),
     State.DRAINING: frozenset({State.READY, State.FALLING_ASLEEP, State.STOPPING}),  # ready again: a sleep called off
     State.FALLING_ASLEEP: frozenset({State.ASLEEP, State.WAKING, State.STOPPING}),
     State.ASLEEP: frozenset({State.WAKING, State.STOPPING}),
-    State.WAKING: frozenset({State.READY, State.STOPPING}),
+    State.WAKING: frozenset({State.CHECKING, State.READY, State.STOPPING}),
     State.STOPPING: frozenset({State.STOPPED, State.STARTING, State.BACKOFF, State.FAILED}),
 }
 
@@ -54,6 +58,7 @@ GateOnEntry = Literal["open", "hold", "failed", "stopped", "keep"]
 GATE_ON_ENTRY: dict[State, GateOnEntry] = {
     State.STOPPED: "stopped",
     State.STARTING: "hold",
+    State.CHECKING: "hold",
     State.READY: "open",
     State.DRAINING: "hold",
     State.STOPPING: "hold",

@@ -31,7 +31,7 @@ FLOORS: list[tuple[str, ...]] = [
      "caovan_manager.inbox", "caovan_manager.gpu"),
     ("caovan_manager.config",),
     ("caovan_manager.store", "caovan_manager.keys"),
-    ("caovan_manager.logwatch", "caovan_manager.plugins"),
+    ("caovan_manager.logwatch", "caovan_manager.plugins", "caovan_manager.canary"),
     ("caovan_manager.supervisor",),
     ("caovan_manager.metrics",),
     ("caovan_manager.proxy",),

@@ -42,7 +42,10 @@ class Engine:
 
 
 def start_engine(model_dir: Path, args: list[str], env: dict[str, str], log_path: Path,
-                 timeout_s: float = 420) -> Engine:
+                 timeout_s: float = 420, plugin_site: Path | None = None) -> Engine:
+    """plugin_site: a folder with another build of this project installed (`pip install --target`), imported
+    instead of the checkout's, as the daemon runs a stored plugin version (its site first on PYTHONPATH, and a
+    working directory where no caovan_kernels folder shadows it)."""
     port = free_port()
     command = [sys.executable, "-m", "caovan_kernels.serve", str(model_dir), "--host", "127.0.0.1",
                "--port", str(port), *args]
@@ -50,8 +53,12 @@ def start_engine(model_dir: Path, args: list[str], env: dict[str, str], log_path
     # The engine gets a user's environment: the test process's interpreter switch for kernel tests stays here
     # (caovan-vllm-serve sets it itself where GDNCore needs it).
     base_env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cwd = None
+    if plugin_site is not None:
+        env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(plugin_site), env.get("PYTHONPATH")]))}
+        cwd = log_path.parent
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**base_env, **env},
-                               start_new_session=True)
+                               start_new_session=True, cwd=cwd)
     engine = Engine(process, port, log_path)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -14,10 +14,24 @@ SKIP = (".venv", ".git", "tests", "docs", "benchmarks", "build", "dist", "*.egg-
         ".pytest_cache", ".triton-matrix", "test-artifacts", ".gpu")
 
 
-def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: bool = False) -> Path:
-    """Copy the source tree, set caovan_kernels.__version__, optionally make the plugin's register() raise, and
-    build a wheel with pip (no network: no build isolation, no dependencies). Plugin builds leave the dashboard
-    out (smaller, faster); with_web keeps it, as a release wheel has it."""
+# A real fault of the kind vllm#53051 shipped: every GDN state write skipped (the chunked prefill's final state and
+# the decode step's), so decoding starts from a state slot that never held the prompt; /health, throughput and
+# acceptance look normal. Each pair: the file under caovan_kernels/gdn, the line, its broken form.
+SKIPPED_STATE_WRITES = (
+    ("chunk.py",
+     "        h0_mode, ht_mode = STATE_CACHE_SLOTS, (STATE_CACHE_SLOTS if output_final_state else STATE_NONE)\n",
+     "        h0_mode, ht_mode = STATE_CACHE_SLOTS, STATE_NONE  # deliberately broken build (test)\n"),
+    ("recurrent.py", "            write_mode = WRITE_SPEC_SLOTS if ssm_state_indices.dim() == 2 else WRITE_SLOT\n",
+     "            write_mode = WRITE_NONE  # deliberately broken build (test)\n"),
+)
+
+
+def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: bool = False,
+                skip_state_writes: bool = False) -> Path:
+    """Copy the source tree, set caovan_kernels.__version__, optionally make the plugin's register() raise or its
+    decode kernel skip the GDN state writes, and build a wheel with pip (no network: no build isolation, no
+    dependencies). Plugin builds leave the dashboard out (smaller, faster); with_web keeps it, as a release wheel
+    has it."""
     source = workdir / f"src-{version}"
     shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*SKIP, *(() if with_web else ("web",))))
     init = source / "caovan_kernels" / "__init__.py"
@@ -31,6 +45,12 @@ def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: boo
                                    "'this plugin build is deliberately broken (test)')\n")
         assert patched != original, "caovan_kernels/vllm/plugin.py has no register() to break"
         plugin.write_text(patched)
+    if skip_state_writes:
+        for name, line, broken_line in SKIPPED_STATE_WRITES:
+            kernel = source / "caovan_kernels" / "gdn" / name
+            original = kernel.read_text()
+            assert original.count(line) == 1, f"caovan_kernels/gdn/{name} has no state write to skip"
+            kernel.write_text(original.replace(line, broken_line))
     if not (source / "README.md").exists():
         (source / "README.md").write_text("Caovan\n")
     out = workdir / "wheels"

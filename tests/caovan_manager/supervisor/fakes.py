@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from caovan_manager.canary.verdict import CanaryVerdict, Purpose
 from caovan_manager.supervisor.effects import Effects
 from caovan_manager.supervisor.messages import Message
 
@@ -16,7 +17,9 @@ class RecordingEffects(Effects):
     def _record(self, *call: Any) -> None:
         self.calls.append(call)
 
-    def spawn(self, run_id: int, version: str | None) -> None: self._record("spawn", run_id, version)
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
+        self._record("spawn", run_id, version, *(("fallback",) if fallback else ()))
+
     def probe_ready(self, run_id: int) -> None: self._record("probe_ready", run_id)
     def stop_group(self, run_id: int) -> None: self._record("stop_group", run_id)
     def sleep(self, run_id: int) -> None: self._record("sleep", run_id)
@@ -24,6 +27,7 @@ class RecordingEffects(Effects):
     def watch_progress(self, run_id: int) -> None: self._record("watch_progress", run_id)
     def stop_watching(self) -> None: self._record("stop_watching")
     def measure(self, run_id: int) -> None: self._record("measure", run_id)
+    def canary(self, run_id: int, purpose: Purpose) -> None: self._record("canary", run_id, purpose)
     def gate_open(self, run_id: int) -> None: self._record("gate_open", run_id)
     def gate_hold(self) -> None: self._record("gate_hold")
     def gate_idle(self) -> None: self._record("gate_idle")
@@ -42,6 +46,9 @@ class RecordingEffects(Effects):
         self._record("record_activation", from_version, to_version, outcome, reason, details)
 
     def save_active_version(self, version: str | None) -> None: self._record("save_active_version", version)
+
+    def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
+        self._record("record_canary", verdict.result, degraded)
 
     def set_timer(self, name: str, delay_s: float, message: Message) -> None:
         self.timers[name] = (delay_s, message)

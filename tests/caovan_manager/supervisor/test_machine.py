@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from caovan_manager.config import PluginSettings, SupervisorSettings
+from caovan_manager.config import CanarySettings, PluginSettings, SupervisorSettings
 from caovan_manager.logwatch.events import Fatal, PluginBanner, Throughput
 from caovan_manager.supervisor.machine import Machine
 from caovan_manager.supervisor.messages import (
@@ -26,6 +26,9 @@ from caovan_manager.supervisor.messages import (
 from caovan_manager.supervisor.state import State
 
 from .fakes import RecordingEffects
+
+# These tests are about the engine's life without OutputLock (test_machine_canary.py has it).
+NO_CANARY = CanarySettings(enabled=False)
 
 
 class Clock:
@@ -49,7 +52,7 @@ def clock() -> Clock:
 def make(fx: RecordingEffects, clock: Clock, **overrides) -> Machine:
     values = dict(backoff_initial_s=2, backoff_max_s=10, max_restarts=3, hang_timeout_s=30, drain_timeout_s=20)
     settings = SupervisorSettings(**{**values, **overrides})
-    return Machine(fx, settings, PluginSettings(), clock, bundled_version="0.1.0")
+    return Machine(fx, settings, PluginSettings(), NO_CANARY, clock, bundled_version="0.1.0")
 
 
 def ready(m: Machine, fx: RecordingEffects) -> int:
@@ -237,7 +240,7 @@ def test_stop_when_ready_drains_then_stops_and_rejects_requests(fx, clock):
 
 def test_an_on_demand_engine_once_stopped_holds_requests_for_the_next_load(fx, clock):
     """With a models table a stopped engine's requests wait (and ask placement to load it) instead of a 503."""
-    m = Machine(fx, SupervisorSettings(), PluginSettings(), clock, bundled_version="0.1.0", on_demand=True)
+    m = Machine(fx, SupervisorSettings(), PluginSettings(), NO_CANARY, clock, bundled_version="0.1.0", on_demand=True)
     run_id = ready(m, fx)
     m.handle(StopCommand("swapped out"))
     m.handle(Drained(run_id, 0))
@@ -250,7 +253,8 @@ def test_an_on_demand_engine_once_stopped_holds_requests_for_the_next_load(fx, c
 
 def test_run_ids_come_from_the_shared_allocator(fx, clock):
     ids = iter([7, 11])
-    m = Machine(fx, SupervisorSettings(), PluginSettings(), clock, bundled_version="0.1.0", run_ids=lambda: next(ids))
+    m = Machine(fx, SupervisorSettings(), PluginSettings(), NO_CANARY, clock, bundled_version="0.1.0",
+                run_ids=lambda: next(ids))
     assert ready(m, fx) == 7
     m.handle(RestartCommand())
     m.handle(Drained(7, 0))
@@ -289,7 +293,7 @@ def test_surviving_processes_mean_failed_not_a_second_engine(fx, clock):
 
 
 def test_a_models_table_entry_names_its_own_load_in_failure_messages(fx, clock):
-    m = Machine(fx, SupervisorSettings(max_restarts=0), PluginSettings(), clock, bundled_version="0.1.0",
+    m = Machine(fx, SupervisorSettings(max_restarts=0), PluginSettings(), NO_CANARY, clock, bundled_version="0.1.0",
                 on_demand=True, start_hint="POST /models/coder/load")
     run_id = ready(m, fx)
     m.handle(Exited(run_id, 1))

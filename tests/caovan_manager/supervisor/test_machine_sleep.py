@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from caovan_kernels.contract import SLEEP_MODE_FLAG
-from caovan_manager.config import PluginSettings, SupervisorSettings
+from caovan_manager.config import CanarySettings, PluginSettings, SupervisorSettings
 from caovan_manager.logwatch.events import LaunchDecisions
 from caovan_manager.supervisor.machine import Machine
 from caovan_manager.supervisor.messages import (
@@ -27,9 +27,13 @@ from caovan_manager.supervisor.state import State
 from .fakes import RecordingEffects
 from .test_machine import Clock, ready
 
+# These tests are about the engine's life without OutputLock (test_machine_canary.py has it).
+NO_CANARY = CanarySettings(enabled=False)
+
 
 def make(fx: RecordingEffects) -> Machine:
-    return Machine(fx, SupervisorSettings(), PluginSettings(), Clock(), bundled_version="0.1.0", on_demand=True)
+    return Machine(fx, SupervisorSettings(), PluginSettings(), NO_CANARY, Clock(), bundled_version="0.1.0",
+                   on_demand=True)
 
 
 def launched(m: Machine, fx: RecordingEffects, sleep_mode: bool) -> int:
