@@ -3,13 +3,15 @@ it arrives while a canary runs.
 
     python benchmarks/canary_bench.py URL [--runs 5] [--requests 20] [--max-tokens 64] [--seed S] [--json FILE]
 
-A canary run is the daemon's own (caovan_manager.canary.conversation: the built-in prompts, greedy, decode then
-prefill per prompt), sent straight to the engine at URL, as the daemon sends it over the engine's socket. The user's
+A canary run is the daemon's periodic one (caovan_manager.canary.conversation: the built-in prompts, greedy, a
+decode then one prefill per generated token, one request at a time), sent straight to the engine at URL, as the
+daemon sends it over the engine's socket; `--burst` sends each prompt's prefills together, as the canary after a
+start does (when requests are held anyway). The user's
 request is a greedy completion of --max-tokens tokens of one of the evaluation prompts; it is timed alone, then sent
 at a random moment (seeded; printed) inside a canary run that starts just before it, alternating the two so that
-both see the same engine. The periodic canary of the daemon only starts when no user request has been in flight
-for canary.idle_s, and sends one request at a time: a user's request arriving during one shares the engine's batch
-with that single short canary sequence, which is the case measured here (the worst it can meet).
+both see the same engine. The periodic canary of the daemon only sends a request when no user request has been in
+flight for canary.idle_s; here the user's request arrives anyway, inside a run, which is the worst it can meet: it
+shares the engine's batch with one short canary sequence.
 """
 
 from __future__ import annotations
@@ -47,16 +49,16 @@ def quantiles(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(ordered), p90, ordered[-1]
 
 
-async def run(url: str, runs: int, requests: int, max_tokens: int, seed: int) -> dict:
+async def run(url: str, runs: int, requests: int, max_tokens: int, seed: int, burst: bool) -> dict:
     rng = random.Random(seed)
     settings = CanarySettings()
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         model = (await client.get("/v1/models")).json()["data"][0]["id"]
-        await ask(client, model, settings, "on_demand")  # warm: first requests of new shapes compile kernels
+        await ask(client, model, settings, "periodic", one_at_a_time=not burst)  # warm: new shapes compile kernels
         await user_request(client, model, EVAL_PROMPTS[0], max_tokens)
         canary_s = []
         for _ in range(runs):
-            verdict = await ask(client, model, settings, "on_demand")
+            verdict = await ask(client, model, settings, "periodic", one_at_a_time=not burst)
             if verdict.result != "passed":
                 raise SystemExit(f"the canary did not pass on this engine: {verdict.detail}")
             canary_s.append(verdict.duration_s)
@@ -64,11 +66,11 @@ async def run(url: str, runs: int, requests: int, max_tokens: int, seed: int) ->
         for index in range(requests):
             prompt = EVAL_PROMPTS[index % len(EVAL_PROMPTS)]
             alone.append(await user_request(client, model, prompt, max_tokens))
-            canary = asyncio.create_task(ask(client, model, settings, "on_demand"))
+            canary = asyncio.create_task(ask(client, model, settings, "periodic", one_at_a_time=not burst))
             await asyncio.sleep(rng.uniform(0, min(canary_s) / 2))
             during.append(await user_request(client, model, prompt, max_tokens))
             await canary
-    return {"url": url, "model": model, "seed": seed, "prompts": len(settings.prompts),
+    return {"url": url, "model": model, "seed": seed, "burst": burst, "prompts": len(settings.prompts),
             "canary_max_tokens": settings.max_tokens, "user_max_tokens": max_tokens, "canary_s": canary_s,
             "alone_s": alone, "during_s": during, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
@@ -81,13 +83,15 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--burst", action="store_true", help="each prompt's prefills together (the start canary)")
     args = parser.parse_args()
-    result = asyncio.run(run(args.url, args.runs, args.requests, args.max_tokens, args.seed))
+    result = asyncio.run(run(args.url, args.runs, args.requests, args.max_tokens, args.seed, args.burst))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     c, a, d = quantiles(result["canary_s"]), quantiles(result["alone_s"]), quantiles(result["during_s"])
-    print(f"seed {result['seed']}; canary: {result['prompts']} prompts x {result['canary_max_tokens']} tokens; user "
-          f"request: {result['user_max_tokens']} tokens")
+    print(f"seed {result['seed']}; canary: {result['prompts']} prompts x {result['canary_max_tokens']} tokens, "
+          f"{'prefills together' if args.burst else 'one request at a time'}; user request: "
+          f"{result['user_max_tokens']} tokens")
     print("| what | median | p90 | max |")
     print("|---|---:|---:|---:|")
     print(f"| one canary run (s) | {c[0]:.3f} | {c[1]:.3f} | {c[2]:.3f} |")

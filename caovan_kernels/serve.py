@@ -36,6 +36,9 @@ def vllm_command(model: str, vllm_args: list[str]) -> list[str]:
 
 
 def _additional_config(args: list[str]) -> dict:
+    """The --additional-config vLLM will read: the last one given (argparse keeps an option's last value; the daemon's
+    canary fallback adds one after the user's)."""
+    found: dict = {}
     for i, arg in enumerate(args):
         value = None
         if arg == "--additional-config" and i + 1 < len(args):
@@ -47,8 +50,8 @@ def _additional_config(args: list[str]) -> dict:
                 parsed = json.loads(value)
             except json.JSONDecodeError as exc:
                 raise SystemExit(f"caovan-vllm-serve: --additional-config is not valid JSON ({exc}): {value}")
-            return parsed if isinstance(parsed, dict) else {}
-    return {}
+            found = parsed if isinstance(parsed, dict) else {}
+    return found
 
 
 def inject_plugin_config(args: list[str], env: Mapping[str, str]) -> list[str]:

@@ -180,9 +180,9 @@ class PluginSettings(BaseModel):
 
 # The canary's built-in prompts: prose, a list, code, arithmetic, Chinese, a passage whose prefill spans several of
 # the GDN kernels' 64-token chunks, and runs of unrelated words. No learnt pattern carries the continuation of those,
-# so it leans on what the layers' state holds: the small demo models, which memorised their text, decode familiar
-# prompts right even from a never-written GDN state, but not all of these (the first two expose it on the CPU demo,
-# the last three on the Qwen3.5 demo on CUDA: docs/verification.md). Any text works: the check needs no stored answer.
+# so it leans on what the layers' state holds: the small CPU demo model, which memorised its text, decodes familiar
+# prompts right even from a never-written GDN state, but not these two (docs/verification.md). Any text works: the
+# check needs no stored answer.
 CANARY_PROMPTS = (
     "The capital of France is",
     "Monday, Tuesday, Wednesday,",
@@ -195,9 +195,6 @@ CANARY_PROMPTS = (
     "wind turned. One night in November the lamp failed, and he climbed the stairs with a lantern and",
     "from forest was one of of of market coffee the blue at night of winter from city window engine from three",
     "from music this of stone engine market was as letter this for two garden night garden doctor by",
-    "two silver garden her red two two for this his silver window on forest engine was one and stone in blue",
-    "in of letter the this three window paper",
-    "blue engine the by winter city forest of of letter silver his her at as this that coffee by",
 )
 
 

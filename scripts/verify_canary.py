@@ -87,7 +87,7 @@ async def check(url: str, label: str, out: Path, count: int, seed: int, max_toke
         for kind, prompt in prompts:
             settings = CanarySettings(prompts=[prompt], max_tokens=max_tokens)
             if use_prompt_logprobs:
-                prompt_ids, generated = await conversation.decode(client, model, prompt, max_tokens)
+                prompt_ids, generated = await conversation.decode(client, model, prompt, max_tokens, 600)
                 choices = await prompt_logprobs_choices(client, model, prompt_ids, generated)
                 verdict = judge([PromptResult(prompt, tuple(check_tokens(generated, choices)))], "on_demand",
                                 settings.tie_margin, 0.0)

@@ -93,6 +93,7 @@ function renderStatus(doc) {
     return item;
   }));
   renderTensorCore75(doc.tensorcore75);
+  renderCanary(doc.canary);
   const act = doc.activation;
   $("activation").textContent = act
     ? `activation ${act.from_version ?? "bundled"} → ${act.to_version ?? "bundled"}: ${act.phase}` : "";
@@ -116,6 +117,26 @@ function renderTensorCore75(tc) {
   $("tc75-kernels").textContent = k
     ? `${k.retargeted} of ${k.total} retargeted to tensor cores, ${k.kept} kept on FMA${kept ? ` (${kept})` : ""}`
     : "–";
+}
+
+/** OutputLock: the last canary's verdict; while degraded, the failed one's evidence. */
+function renderCanary(canary) {
+  const box = $("canary");
+  const shown = canary?.degraded ?? canary?.last;
+  document.body.dataset.degraded = String(Boolean(canary?.degraded));
+  box.dataset.result = canary?.degraded ? "degraded" : (shown?.result ?? "none");
+  if (!shown) {
+    box.textContent = canary?.running ? `canary running (${canary.running})` : "not checked yet";
+    return;
+  }
+  const when = new Date(shown.at * 1000).toLocaleTimeString();
+  let line = `canary ${shown.result.replace("_", " ")} (${shown.purpose}, ${when}): ${shown.detail}`;
+  const e = shown.evidence;
+  if (e) {
+    line += `; first at token ${e.position} of "${e.prompt}": decode ${JSON.stringify(e.got_text)}, prefill ` +
+      `${JSON.stringify(e.expected_text)} (margin ${e.at_least ? "> " : ""}${e.margin.toFixed(3)})`;
+  }
+  box.textContent = canary.degraded ? `DEGRADED: ${line}` : line;
 }
 
 function tickUptimes() {
@@ -247,6 +268,12 @@ function connectEvents() {
       } else {
         scheduleStatus();  // markers, engine config and fatal lines change /status
       }
+    } else if (event.type === "canary") {
+      if (event.result !== "passed" || event.purpose !== "periodic") {
+        const named = (status?.models?.length ?? 0) > 1 ? `${event.model} ` : "";
+        stateChanges.push({ at: event.time, kind: "canary", text: `${named}canary (${event.purpose}): ${event.result}` });
+      }
+      scheduleStatus();
     } else if (event.type === "activation") {
       stateChanges.push({
         at: event.time, kind: "activation",
@@ -347,7 +374,7 @@ async function refreshGpus() {
 
 // Models -----------------------------------------------------------------------------------------------------------
 
-const NOTHING_TO_LOAD = new Set(["starting", "waking", "ready"]);
+const NOTHING_TO_LOAD = new Set(["starting", "checking", "waking", "ready"]);
 const NOTHING_TO_UNLOAD = new Set(["stopped", "failed"]);
 // An asleep model (vLLM's sleep mode) keeps its process, not its GPU memory: it is not in a newcomer's way.
 const HOLDS_NO_GPU = new Set([...NOTHING_TO_UNLOAD, "asleep"]);

@@ -3,7 +3,9 @@
 1. the prompt, greedy, `ignore_eos` so that every run checks the same number of tokens: the decode path's tokens;
 2. for each place i, the prompt and the first i of those tokens as one prompt, greedy, one token, with the
    log-probabilities of the first few candidates: what a prefill picks there, and how far behind it the decode's
-   token is. They go out together and vLLM batches them.
+   token is. At a start, with requests held, they go out together and vLLM batches them; a periodic or requested
+   run sends one request at a time, each after a quiet moment, so that a user's request never queues behind a burst
+   of them (an engine serves --max-num-seqs sequences at once; the 2080 Ti profile says 4).
 
 Not `prompt_logprobs` over prompt + tokens in one request, which would be one request instead of many: with MTP on,
 vLLM returns corrupted prompt log-probabilities for some requests of Qwen3.5-family models (vllm#53488; seen on
@@ -36,9 +38,9 @@ CANNOT_ASK = (httpx.HTTPError, ProbeError, ValueError, KeyError, TypeError, Inde
 MaySend = Callable[[], Awaitable[bool]]
 
 
-async def _completion(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[str, Any]:
-    response = await client.post("/v1/completions", json={**body, "temperature": 0,
-                                                            "cache_salt": secrets.token_hex(8)})
+async def _completion(client: httpx.AsyncClient, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    response = await client.post("/v1/completions", json={**body, "temperature": 0, "cache_salt": secrets.token_hex(8)},
+                                 timeout=timeout_s)
     if response.status_code != 200:
         raise ProbeError(f"the engine answered a canary request with HTTP {response.status_code}: "
                          f"{response.text[:300]}")
@@ -48,21 +50,23 @@ async def _completion(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[s
     return choices[0]
 
 
-async def decode(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int) -> tuple[list[int], list[int]]:
+async def decode(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: int,
+                 timeout_s: float) -> tuple[list[int], list[int]]:
     """(prompt token ids, generated token ids) of a greedy completion."""
     choice = await _completion(client, {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                                        "ignore_eos": True, "return_token_ids": True})
+                                        "ignore_eos": True, "return_token_ids": True}, timeout_s)
     prompt_ids, generated = choice.get("prompt_token_ids"), choice.get("token_ids")
     if not isinstance(prompt_ids, list) or not isinstance(generated, list):
         raise ProbeError("the engine returned no token ids (`return_token_ids` needs vLLM 0.10.2 or newer)")
     return [int(token) for token in prompt_ids], [int(token) for token in generated]
 
 
-async def prefill_choice(client: httpx.AsyncClient, model: str, token_ids: Sequence[int]) -> PrefillChoice:
+async def prefill_choice(client: httpx.AsyncClient, model: str, token_ids: Sequence[int],
+                         timeout_s: float) -> PrefillChoice:
     """What a greedy prefill of `token_ids` picks next, with its first candidates' log-probabilities."""
     choice = await _completion(client, {"model": model, "prompt": list(token_ids), "max_tokens": 1,
                                         "logprobs": CANDIDATES, "return_tokens_as_token_ids": True,
-                                        "return_token_ids": True})
+                                        "return_token_ids": True}, timeout_s)
     logprobs = choice.get("logprobs") or {}
     tops, sampled = logprobs.get("top_logprobs"), choice.get("token_ids")
     if not tops or not sampled:
@@ -84,8 +88,9 @@ async def token_text(client: httpx.AsyncClient, model: str, token: int) -> str:
 
 
 async def ask(client: httpx.AsyncClient, model: str, settings: CanarySettings, purpose: Purpose,
-              may_send: MaySend | None = None) -> CanaryVerdict:
-    """One canary run over the configured prompts; a request that fails ends it as `not_run` with the reason."""
+              may_send: MaySend | None = None, one_at_a_time: bool = False) -> CanaryVerdict:
+    """One canary run over the configured prompts; a request that fails ends it as `not_run` with the reason.
+    may_send is awaited before each request (with one_at_a_time, before each prefill too)."""
     started = time.monotonic()
     results: list[PromptResult] = []
 
@@ -98,11 +103,19 @@ async def ask(client: httpx.AsyncClient, model: str, settings: CanarySettings, p
         for prompt in settings.prompts:
             if may_send is not None and not await may_send():
                 return busy()
-            prompt_ids, generated = await decode(client, model, prompt, settings.max_tokens)
+            prompt_ids, generated = await decode(client, model, prompt, settings.max_tokens, settings.timeout_s)
             if may_send is not None and not await may_send():
                 return busy()
-            choices = await asyncio.gather(*(prefill_choice(client, model, [*prompt_ids, *generated[:place]])
-                                             for place in range(len(generated))))
+            prefixes = [[*prompt_ids, *generated[:place]] for place in range(len(generated))]
+            if one_at_a_time:
+                choices = []
+                for prefix in prefixes:
+                    if may_send is not None and not await may_send():
+                        return busy()
+                    choices.append(await prefill_choice(client, model, prefix, settings.timeout_s))
+            else:
+                choices = await asyncio.gather(*(prefill_choice(client, model, prefix, settings.timeout_s)
+                                                 for prefix in prefixes))
             results.append(PromptResult(_shown(prompt), tuple(check_tokens(generated, choices))))
     except CANNOT_ASK as exc:
         return not_run(purpose, settings.tie_margin, f"the canary could not ask the engine: "

@@ -281,8 +281,11 @@ class EngineEffects:
         started = time.monotonic()
         try:
             model = await probe.served_model(run.client)
+            # With requests held (a start, a wake-up, an activation) its prefills go out together; otherwise one at a
+            # time, so that users' requests never queue behind them.
             verdict = await asyncio.wait_for(conversation.ask(
-                run.client, model, settings, purpose, self._quiet_moment if periodic else None), bound)
+                run.client, model, settings, purpose, self._quiet_moment if periodic else None,
+                one_at_a_time=purpose in ("periodic", "on_demand")), bound)
         except asyncio.TimeoutError:
             verdict = not_run(purpose, settings.tie_margin, f"no verdict within {bound:g} s (canary.timeout_s)",
                               time.monotonic() - started)

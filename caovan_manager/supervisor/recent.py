@@ -19,7 +19,7 @@ WINDOW_S = 600.0
 MAX_ITEMS = 20_000
 # Event types a page draws or lists; log_event items only of the sample kinds (markers and config lines are in
 # /status, which the stream sends first).
-KEPT_TYPES = frozenset({"state", "swap", "activation"})
+KEPT_TYPES = frozenset({"state", "swap", "activation", "canary"})
 SAMPLE_KINDS = frozenset({Throughput.kind, SpecDecode.kind})
 
 

@@ -74,6 +74,8 @@ def scrape_config(example: Path, target: str) -> dict:
     config["global"]["evaluation_interval"] = SCRAPE_INTERVAL
     for job in config["scrape_configs"]:
         job["static_configs"] = [{"targets": [target]}]
+    # The rule files sit beside the example; this copy is written elsewhere.
+    config["rule_files"] = [str(example.parent / name) for name in config.get("rule_files", [])]
     return config
 
 

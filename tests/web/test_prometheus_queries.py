@@ -123,3 +123,21 @@ def test_every_dashboard_query_returns_data(observed) -> None:
           f"{'returned data' if gpu_exported else 'correctly empty (no NVML GPU here)'}")
     assert not empty, "dashboard queries without data after traffic:\n" + "\n".join(empty)
     assert not wrong_legend, "\n".join(wrong_legend)
+
+
+def test_the_alert_rules_load_and_evaluate_on_the_daemons_series(observed) -> None:
+    """The example configuration loads web/prometheus/alerts.yml; Prometheus evaluates each rule on the scraped
+    daemon without error, and with the engine's canary passed, neither alert is pending or firing."""
+    deadline = time.monotonic() + 60
+    while True:
+        groups = observed.prometheus.api("rules")["groups"]
+        rules = {rule["name"]: rule for group in groups for rule in group["rules"]}
+        if set(rules) >= {"CaovanAnswersDegraded", "CaovanCanaryStale"} and all(
+                rule.get("lastEvaluation", "").startswith("20") and not rule["lastEvaluation"].startswith("0001")
+                for rule in rules.values()):
+            break
+        assert time.monotonic() < deadline, f"the rules were not evaluated within 60 s: {groups}"
+        time.sleep(1)
+    for name, rule in rules.items():
+        assert rule["health"] == "ok", (name, rule.get("lastError"))
+        assert rule["state"] == "inactive", (name, rule["alerts"])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from caovan_manager.supervisor.effects import RESTART_CAUSES
 from caovan_manager.supervisor.state import State
 
 DASHBOARD_PATH = Path(__file__).with_name("caovan-dashboard.json")
@@ -94,6 +95,9 @@ TENSORCORE75_MAPPING = [{"type": "value", "options": {
 ACTIVE_MAPPING = [{"type": "value", "options": {
     "0": {"text": "not seen", "color": "text", "index": 0},
     "1": {"text": "active", "color": "green", "index": 1}}}]
+ANSWERS_MAPPING = [{"type": "value", "options": {
+    "0": {"text": "verified", "color": "green", "index": 0},
+    "1": {"text": "DEGRADED", "color": "red", "index": 1}}}]
 STATE_MAPPING = [{"type": "value", "options": {
     "0": {"text": " ", "color": "transparent", "index": 0},
     "1": {"text": "current", "color": "green", "index": 1}}}]
@@ -152,7 +156,31 @@ def rows() -> list[Row]:
             Panel("Restarts by cause", "timeseries",
                   [Target(f"sum by (model, cause) (increase({daemon('caovan_engine_restarts_total')}[{RATE}]))",
                           "{{model}} {{cause}}")], 24, 6,
-                  description="requested, crash, start_failed, hang, activation, rollback", custom=BARS),
+                  description=", ".join(RESTART_CAUSES), custom=BARS),
+        ]),
+        Row("Answers (OutputLock)", [
+            Panel("Answers", "stat", [Target(daemon("caovan_canary_degraded"), "{{model}}")], 5, 5,
+                  description="degraded = the last completed canary found decode tokens a prefill of the same text "
+                              "does not pick (GET /status: canary.degraded has the evidence)",
+                  options=STAT_VALUE | {"colorMode": "background"}, mappings=ANSWERS_MAPPING,
+                  thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}]),
+            Panel("Since the last passing canary", "stat",
+                  [Target(f"time() - {daemon('caovan_canary_last_success_timestamp_seconds')} and "
+                          f"{daemon('caovan_canary_last_success_timestamp_seconds')} > 0", "{{model}}")], 5, 5,
+                  unit="s", description="A canary runs after every start, wake-up and activation, then every "
+                                        "canary.interval_s on an idle enough engine", options=STAT_VALUE),
+            Panel("Canary agreement", "timeseries", [Target(daemon("caovan_canary_agreement"), "{{model}}")], 7, 5,
+                  unit="percentunit", min=0, max=1, custom=LINES,
+                  description="Share of the last canary's tokens that were exactly the prefill's (ties within the "
+                              "tie margin pass but count below 1)"),
+            Panel("Canary runs", "timeseries", [
+                Target(f"sum by (model, purpose) (increase({daemon('caovan_canary_runs_total')}[{RATE}]))",
+                       "{{model}} {{purpose}}"),
+                Target(f"sum by (model) (increase({daemon('caovan_canary_failures_total')}[{RATE}]))",
+                       "{{model}} failed"),
+                Target(f"sum by (model) (increase({daemon('caovan_canary_not_run_total')}[{RATE}]))",
+                       "{{model}} could not run"),
+            ], 7, 5, min=0, custom=BARS, description="Runs by why they ran; failures; runs that could not check"),
         ]),
         Row("Models (swapped on demand)", [
             Panel("Ready per model", "state-timeline", [Target(daemon("caovan_engine_up"), "{{model}}")], 9, 5,

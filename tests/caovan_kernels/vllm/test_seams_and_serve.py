@@ -89,3 +89,13 @@ def test_the_wrapper_takes_the_plugin_settings_before_the_profile_loads_the_plug
         process=os.environ.get("CAOVAN_TURING_MMA"), env=env.get("CAOVAN_TURING_MMA")) or ([], env))
     serve.launch("model", ["--additional-config", json.dumps({"caovan_turing_mma": "off"})])
     assert seen == {"process": "off", "env": "off"}
+
+
+def test_the_last_additional_config_is_the_one_read_as_vllm_reads_it():
+    from caovan_kernels.serve import inject_plugin_config
+
+    args = ["--additional-config", '{"caovan_mode": "force"}', "--dtype", "half",
+            "--additional-config", '{"caovan_mode": "off"}']
+    assert _additional_config(args) == {"caovan_mode": "off"}
+    merged = inject_plugin_config(args, {})
+    assert merged.count("--additional-config") == 1 and json.loads(merged[-1])["caovan_mode"] == "off"

@@ -101,3 +101,17 @@ def test_the_models_table_is_checked_at_start(tmp_path):
         load_settings(state_dir=str(tmp_path), engine={"model": "/m"}, models={"a": {}})
     with pytest.raises(ConfigError, match="a model name uses letters"):
         load_settings(state_dir=str(tmp_path), models={"bad name": {}})
+
+
+def test_a_canary_on_request_needs_the_admin_key_a_known_model_and_a_ready_engine(client):
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    assert client.post("/models/code/canary", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    unknown = client.post("/models/nobody/canary", headers=admin)
+    assert unknown.status_code == 404
+    stopped = client.post("/models/code/canary", headers=admin)  # by alias; its engine is not running
+    assert stopped.status_code == 409
+    assert stopped.json() == {"accepted": False, "message": "a canary needs a ready engine; the engine is stopped",
+                              "state": "stopped"}
+    rows = client.get("/models").json()["models"]
+    assert rows[0]["canary"] == {"enabled": True, "action": "alert", "interval_s": 900.0, "running": None, "runs": 0,
+                                 "last": None, "degraded": None, "fallback_args": None}
