@@ -18,7 +18,7 @@ ATTACK = """<!doctype html><html><body>
 <form id="f" method="post" action="{daemon}/start"><input name="reason" value="cross-site"></form>
 <script>
   const sent = [];
-  for (const path of ["/start", "/restart", "/stop", "/plugins/bundled/activate"]) {{
+  for (const path of ["/start", "/restart", "/stop", "/plugins/bundled/activate", "/models/caovan-demo/canary"]) {{
     sent.push(fetch("{daemon}" + path, {{method: "POST", mode: "no-cors", body: "{{}}"}}).catch(() => null));
     sent.push(fetch("{daemon}" + path, {{method: "POST", mode: "no-cors",
       headers: {{"Content-Type": "application/x-www-form-urlencoded"}}, body: "reason=x"}}).catch(() => null));

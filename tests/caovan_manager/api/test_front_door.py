@@ -19,7 +19,8 @@ from tests.support.door_attacks import ENGINE_ROUTES, TWO_READINGS
 from tests.support.raw_http import raw_request
 from tests.support.served import served_daemon
 
-ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate")]
+ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate"),
+           ("POST", "/models/caovan-demo/canary")]
 
 
 def test_check_target_accepts_plain_paths_and_refuses_each_form_with_two_readings():
