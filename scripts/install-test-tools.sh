@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs what the tests drive: Debian's Chromium with its matching chromedriver (the browser test),
-# Prometheus (the scrape test) and systemd (systemd-analyze checks the service unit). Idempotent and quick: does
-# nothing when all are present.
+# Prometheus (the scrape test; its promtool checks the alert rules) and systemd (systemd-analyze checks the service
+# unit). Idempotent and quick: does nothing when all are present.
 set -eu
 
 PACKAGES="chromium chromium-driver prometheus systemd"
