@@ -192,6 +192,12 @@ def tensorcore75_count_line(retargeted: int, kept: Mapping[str, int]) -> str:
     return TensorCore75Counts.of(retargeted, kept).line()
 
 
+def tensorcore75_retargeted_line(kernels: Sequence[str]) -> str:
+    """Once compiling settles in a process, beside its count line: which kernels (by name) run on tensor cores.
+    Logged for people, not parsed by the daemon (the count line carries the numbers)."""
+    return f"{TENSORCORE75} retargeted kernels ({len(kernels)}): {', '.join(kernels) or 'none'}"
+
+
 def tensorcore75_autotune_line(kernel: str, configs: int, timed: int, same_code: int, spilling: int) -> str:
     """Once per autotuned kernel compiled for sm_75 with TensorCore75: how many of the configurations left by the
     autotuner's own pruning it times, the others being ones that compile to the same code under the retarget's one

@@ -16,6 +16,7 @@ from caovan_kernels.contract import (
     SLEEP_MODE_FLAG,
 )
 from caovan_kernels.errors import ProfileError
+from caovan_kernels.turing import proxy
 
 from . import memory
 from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
@@ -31,6 +32,7 @@ MTP_MAX = 4
 MTP_MAX_POOL_MARGIN_PCT = 10  # MTP=4 only if the full context for every sequence leaves this much of the pool free
 MAX_GPU_MEMORY_UTILIZATION_PCT = 95
 FP8_NATIVE_MIN_SM = 89  # Triton's fp8e4nv (what vLLM's fp8 KV kernels use) starts at Ada
+TURING_ATTENTION_BACKEND = "TRITON_ATTN"  # the only attention vLLM offers on sm_75 (FlashInfer needs sm_80 from 0.24)
 
 
 def _gib(n: int) -> str:
@@ -49,6 +51,7 @@ class _Builder:
     flags: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     memory: dict[str, int] = field(default_factory=dict)
+    draft_attention_backend: str | None = None  # put into the speculative config the profile writes
 
     def note(self, name: str, value: object, reason: str) -> None:
         self.decisions.append(Decision(name, str(value), reason))
@@ -118,8 +121,11 @@ def _spec_tokens_pinned(b: _Builder, m: ModelFacts) -> int | None:
     return None
 
 
-def _spec_config(tokens: int) -> str:
-    return json.dumps({"method": "mtp", "num_speculative_tokens": tokens}, separators=(",", ":"))
+def _spec_config(tokens: int, draft_attention_backend: str | None = None) -> str:
+    config: dict[str, object] = {"method": "mtp", "num_speculative_tokens": tokens}
+    if draft_attention_backend is not None:
+        config["attention_backend"] = draft_attention_backend
+    return json.dumps(config, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------------------------------------------------- CPU
@@ -299,9 +305,33 @@ def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
     return gpu.total_bytes * pct // 100
 
 
+def _turing_proxy_backends(b: _Builder, m: ModelFacts) -> None:
+    """On the Turing proxy vLLM still picks its backends from the real GPU (FlashAttention on an H100, for the
+    target and, chosen separately, the MTP drafter): pin what a 2080 Ti gets, so the proxy runs its code path."""
+    if proxy.requested() is None:
+        return
+    reason = f"{proxy.ENV} is set: vLLM reads the real GPU, a 2080 Ti gets {TURING_ATTENTION_BACKEND} only"
+    b.decide("attention backend", "--attention-backend", TURING_ATTENTION_BACKEND, reason)
+    if not m.has_mtp:
+        return
+    if not b.abilities.draft_attention_backend:
+        b.note("drafter attention backend", "not set", f"the {b.abilities.describe()}'s speculative config has no "
+               "attention_backend: the MTP drafter's attention is chosen from the real GPU")
+    elif _spec_tokens_pinned(b, m) is not None:
+        config = b.pinned.value("--speculative-config") or ""
+        if "attention_backend" not in config:
+            b.note("drafter attention backend", "not set", f"{reason}; add \"attention_backend\":"
+                   f"\"{TURING_ATTENTION_BACKEND}\" to your --speculative-config for the drafter to run so too")
+    else:
+        b.draft_attention_backend = TURING_ATTENTION_BACKEND
+        b.note("drafter attention backend", TURING_ATTENTION_BACKEND,
+               f"{reason}; set in the speculative config (the drafter chooses its backend separately)")
+
+
 def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     gpus = _usable_gpus(b, inventory)
     gpu = min(gpus, key=lambda g: g.free_bytes)
+    _turing_proxy_backends(b, m)
     tp = _parallel_layout(b, m, gpus, gpu)
     weights = memory.weight_bytes_per_gpu(m, tp)
     budget = _auto_mem(b, gpu, measured=inventory.source == "nvml")
@@ -357,7 +387,7 @@ def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int
         return pinned
     need_max = layout(MTP_MAX).bytes_for(num_seqs, target)
     if need_max * 100 <= pool * (100 - MTP_MAX_POOL_MARGIN_PCT):
-        b.decide("AutoSpec", "--speculative-config", _spec_config(MTP_MAX),
+        b.decide("AutoSpec", "--speculative-config", _spec_config(MTP_MAX, b.draft_attention_backend),
                  f"MTP={MTP_MAX}: {num_seqs} x {target} tokens with {MTP_MAX} draft slots need {_gib(need_max)}, "
                  f"leaving over {MTP_MAX_POOL_MARGIN_PCT}% of the {_gib(pool)} pool free")
         return MTP_MAX
@@ -368,7 +398,7 @@ def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int
                                    f"{MIN_CONTEXT} tokens per sequence")
             why += f"; MTP={MTP_MAX} would need {_gib(need_max)} for {num_seqs} x {target} tokens, over " \
                    f"{100 - MTP_MAX_POOL_MARGIN_PCT}% of the {_gib(pool)} pool"
-            b.decide("AutoSpec", "--speculative-config", _spec_config(spec), why)
+            b.decide("AutoSpec", "--speculative-config", _spec_config(spec, b.draft_attention_backend), why)
             return spec
     b.note("AutoSpec", "off", f"even MTP=1 leaves under {MIN_CONTEXT} tokens per sequence; no speculation")
     return 0

@@ -25,6 +25,7 @@ from caovan_kernels.contract import cache_dir
 # Facts read from vLLM releases, used only when the installed vLLM cannot be inspected.
 VERSION_TABLE_DEPRECATED: dict[str, str] = {"--mamba-cache-mode": "0.33"}
 VERSION_TABLE_FP8_KV_MIN_SM: tuple[str, int] = ("0.33", 89)
+VERSION_TABLE_DRAFT_ATTENTION_BACKEND = "0.21"  # SpeculativeConfig.attention_backend, seen in 0.21.0
 
 # Where `make_arg_parser` (frontend + engine arguments of `vllm serve`) has lived.
 _SERVE_PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")
@@ -43,6 +44,7 @@ class VllmAbilities:
     deprecated: frozenset[str]
     serve_parser: bool  # flags include the frontend's (so a flag outside them is really unknown to `vllm serve`)
     fp8_kv_min_sm: int | None  # Triton attention refuses fp8 KV below this SM; None: no refusal found
+    draft_attention_backend: bool  # the speculative config takes `attention_backend` (the drafter's own choice)
     source: str  # how the above was found, for the reasons
     fp8_source: str
 
@@ -69,6 +71,7 @@ def from_version_table(version: str, reason: str) -> VllmAbilities:
     return VllmAbilities(
         version=version, distribution=None, options=None, deprecated=deprecated, serve_parser=False,
         fp8_kv_min_sm=min_sm if v >= _version_tuple(since) else None,
+        draft_attention_backend=v >= _version_tuple(VERSION_TABLE_DRAFT_ATTENTION_BACKEND),
         source=f"version table for vLLM {version} ({reason})",
         fp8_source=f"version table: vLLM >= {since} refuses fp8 KV with TRITON_ATTN below SM{min_sm}")
 
@@ -137,6 +140,15 @@ def _fp8_refusal() -> tuple[int | None, str] | None:
     return None
 
 
+def _draft_attention_backend() -> bool | None:
+    """Whether the installed SpeculativeConfig has an `attention_backend` field; None: no such class found."""
+    module = _first_module(("vllm.config.speculative", "vllm.config"))
+    config = getattr(module, "SpeculativeConfig", None)
+    if config is None:
+        return None
+    return "attention_backend" in getattr(config, "__dataclass_fields__", {})
+
+
 def _install_key() -> str | None:
     """A digest of the installed vLLM as the inspection reads it, found without importing vLLM; None: no vLLM."""
     try:
@@ -149,6 +161,7 @@ def _install_key() -> str | None:
     package = Path(spec.origin).parent
     read = [package / "__init__.py", package / "engine" / "arg_utils.py"]
     read += [package.parent / f"{name.replace('.', '/')}.py" for name in _SERVE_PARSER_MODULES + _TRITON_ATTN_MODULES]
+    read.append(package / "config" / "speculative.py")
     stamps = [f"{path}:{path.stat().st_mtime_ns}" for path in read if path.exists()]
     material = [distribution, importlib.metadata.version(distribution), *stamps, Path(__file__).read_text()]
     return hashlib.sha256("\n".join(material).encode()).hexdigest()[:20]
@@ -202,7 +215,7 @@ def inspect_vllm() -> VllmAbilities:
 
         version = str(vllm.__version__)
     except Exception as exc:  # noqa: BLE001 - a broken vLLM install raises anything at import
-        return VllmAbilities(None, None, None, frozenset(), False, None, f"vLLM not importable ({exc})",
+        return VllmAbilities(None, None, None, frozenset(), False, None, False, f"vLLM not importable ({exc})",
                              "no vLLM to inspect")
     fallback = from_version_table(version, "parser not inspectable")
     try:
@@ -215,5 +228,7 @@ def inspect_vllm() -> VllmAbilities:
         source = f"version table for vLLM {version} (its parser could not be built: {exc})"
     refusal = _fp8_refusal()
     fp8_min_sm, fp8_source = refusal if refusal is not None else (fallback.fp8_kv_min_sm, fallback.fp8_source)
-    return VllmAbilities(version, _installed_distribution(), options, deprecated, serve_parser, fp8_min_sm, source,
+    draft_backend = _draft_attention_backend()
+    return VllmAbilities(version, _installed_distribution(), options, deprecated, serve_parser, fp8_min_sm,
+                         fallback.draft_attention_backend if draft_backend is None else draft_backend, source,
                          fp8_source)

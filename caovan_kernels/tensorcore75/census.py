@@ -1,8 +1,10 @@
 """How many kernels this process compiled for sm_75 with TensorCore75, retargeted or kept and why.
 
 Counted from Triton's compilation listener, which sees freshly built kernels and kernels loaded from the cache alike
-(the decision travels in the kernel's metadata). A line is logged at 1, 10, 100, ... kernels; `snapshot` gives the
-counts at any time (the doctor, the tests).
+(the decision travels in the kernel's metadata). A line is logged at 1, 10, 100, ... kernels, and again with the
+names of the retargeted kernels once compiling settles (no new kernel for SETTLE_S): an engine compiles in bursts
+(profiling run, graph capture, the first requests), so the last line before it serves holds its real counts, which
+the milestones alone left at the last power of ten. `snapshot` gives the counts at any time (the doctor, the tests).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 from caovan_kernels import contract
 
 from .pipeline import METADATA_KEY, parse_decision
+
+SETTLE_S = 5.0
 
 
 @dataclass
@@ -34,10 +38,13 @@ def _is_milestone(count: int) -> bool:
 
 
 class Census:
-    def __init__(self, log: Callable[[str], None]) -> None:
+    def __init__(self, log: Callable[[str], None], settle_s: float = SETTLE_S) -> None:
         self._log = log
+        self._settle_s = settle_s
         self._lock = threading.Lock()  # Triton may compile on several threads (async compile)
         self._counts = Counts()
+        self._summarised_total = 0
+        self._settle: threading.Timer | None = None
         self._previous: Any = None
         self._listener: Any = None
 
@@ -76,7 +83,26 @@ class Census:
             self._counts.by_kernel[str(metadata.get("name", "?"))] = decision
             line = (contract.tensorcore75_count_line(self._counts.retargeted, dict(self._counts.kept))
                     if _is_milestone(self._counts.total) else None)
+            if self._settle is not None:
+                self._settle.cancel()
+            self._settle = threading.Timer(self._settle_s, self._summarise)
+            self._settle.daemon = True  # never holds a process open at exit
+            self._settle.start()
         if line:
+            self._log(line)
+
+    def _summarise(self) -> None:
+        """Compiling settled: the counts so far and which kernels were retargeted, unless nothing changed."""
+        with self._lock:
+            counts = self._counts
+            if counts.total == self._summarised_total:
+                return
+            self._summarised_total = counts.total
+            lines = [contract.tensorcore75_count_line(counts.retargeted, dict(counts.kept)),
+                     contract.tensorcore75_retargeted_line(
+                         sorted(name for name, decision in counts.by_kernel.items()
+                                if parse_decision(decision)[0]))]
+        for line in lines:
             self._log(line)
 
     def snapshot(self) -> Counts:

