@@ -3,8 +3,10 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
 
     python benchmarks/scale_bench.py model --processor-from QWEN3_5_DEMO --out RANK_DIR [--config CFG] [--shape rank]
     python benchmarks/scale_bench.py start PATH RANK_DIR --out-dir OUT [--budget-bytes 22e9] [--mtp 3] [--text-only]
-    python benchmarks/scale_bench.py measure PATH --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
-    python benchmarks/scale_bench.py stop PATH --out-dir OUT
+                                     [--name RUN]
+    python benchmarks/scale_bench.py measure RUN --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
+    python benchmarks/scale_bench.py memory RUN --out-dir OUT
+    python benchmarks/scale_bench.py stop RUN --out-dir OUT
     python benchmarks/scale_bench.py report OUT
 
 PATH is `native` (stock vLLM, the GPU's own code path), `proxy-stock` (stock vLLM on the Turing proxy: Triton's FMA
@@ -16,15 +18,17 @@ kernels a 2080 Ti's vLLM runs, compiled for this GPU (native) or for sm_75 (prox
 GDN heads, FFN, vocabulary; built as a TP1 model, so one GPU runs one rank's work), the vision tower likewise, the
 AWQ config with `visual` left unquantized (vLLM 0.21 cannot shard the tower's 4304-wide MLP into 128-wide groups), and
 the tokenizer and processor files of a small Qwen3.5 model (the Qwen3.5 demo) with its special-token ids, so vLLM's
-multimodal profiling runs as it does for the real model. `start` launches `caovan-vllm-serve` in its own session
-with every memory setting pinned (the launch profile's numbers for a 22 GB card: --max-num-seqs 4, --max-model-len
-80000, --max-num-batched-tokens 2048, MTP=3) and the budget given in bytes turned into --gpu-memory-utilization for
-this GPU; the engine outlives the command, so a slow start can span several. `measure` waits for it, times the first
+multimodal profiling runs as it does for the real model (the tokenizer gets a filler token for every other id of the
+vocabulary, so whatever the dummy weights generate detokenizes). `start` launches `caovan-vllm-serve` in its own
+session with every memory setting pinned (the launch profile's shape for a 22 GB card: --max-num-seqs 4,
+--max-model-len 80000, --max-num-batched-tokens 2048, MTP=3, a 16-bit KV cache) and the budget given in bytes turned
+into --gpu-memory-utilization for this GPU; the engine outlives the command, so a slow start can span several. `measure` waits for it, times the first
 token of prompts of each length (one untimed request per length first: compiles and autotuning; then 3 timed, fresh
 random token ids each, so no prefix is cached), the decode step at each batch size (streamed ignore_eos completions:
 with dummy weights no draft is accepted, so one step yields one token and the gap between tokens is the step), and
 with --profile one 32k prefill and one batch-1 decode under vLLM's torch profiler, its GPU kernel time by category.
-Results land in OUT/PATH.json; `report` prints the tables.
+`memory` waits only for vLLM's KV cache lines (the memory fit), records them and stops the engine. A run is named
+RUN (default: its path), results land in OUT/RUN.json; `report` prints the tables.
 
 Timings are of this GPU; on the proxy only ratios between paths carry over to a 2080 Ti (docs/turing-proxy.md).
 """
@@ -52,8 +56,10 @@ ROOT = Path(__file__).resolve().parents[1]
 REAL_CONFIG = ROOT / "benchmarks" / "models" / "qwen3_6_27b_awq.json"
 PATHS = ("native", "proxy-stock", "proxy-caovan")
 SERVED = "rank"
-# The launch profile's settings for 2x 2080 Ti 22G (docs/verification.md, memory fit), pinned so every path runs the
-# same engine shape.
+# The engine shape of the launch profile for 2x 2080 Ti 22G, pinned so every path runs the same one (and the profile
+# does not re-plan for the GPU it runs on: on an H200 with a 22 GB budget it would choose an fp8 KV cache, which a
+# 2080 Ti cannot run). 80,000 tokens: the profile's length before its memory model was corrected; 4 sequences of
+# it do not fit (docs/verification.md, "Memory fit"), which only matters for the memory runs.
 PROFILE_ARGS = ["--max-num-seqs", "4", "--max-model-len", "80000", "--max-num-batched-tokens", "2048"]
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
                    "video_preprocessor_config.json", "generation_config.json")
@@ -109,6 +115,7 @@ def write_model(config_path: Path, processor_from: Path, out: Path, shape: str, 
     for name in PROCESSOR_FILES:
         if (processor_from / name).is_file():
             shutil.copy(processor_from / name, out / name)
+    _extend_tokenizer(out / "tokenizer.json", config["text_config"]["vocab_size"])
     text = config["text_config"]
     print(f"{out}: {shape} of {config_path.name} (TP{tp}): {text['num_attention_heads']}/"
           f"{text['num_key_value_heads']} attention heads, {text['linear_num_key_heads']}/"
@@ -116,10 +123,24 @@ def write_model(config_path: Path, processor_from: Path, out: Path, shape: str, 
           f"{text['num_hidden_layers']} layers")
 
 
+def _extend_tokenizer(path: Path, vocab_size: int) -> None:
+    """Give the small tokenizer a token for every id of the vocabulary, so vLLM detokenizes whatever the dummy
+    weights pick (vLLM's multimodal processor needs a tokenizer: --skip-tokenizer-init cannot serve this model)."""
+    tokenizer = json.loads(path.read_text())
+    vocab = tokenizer["model"]["vocab"]
+    for token in tokenizer.get("added_tokens", []):  # in the vocabulary, or a larger one would renumber them
+        vocab.setdefault(token["content"], token["id"])
+    taken = set(vocab.values())
+    for token_id in range(vocab_size):
+        if token_id not in taken:
+            vocab[f"fill{token_id}"] = token_id
+    path.write_text(json.dumps(tokenizer))
+
+
 # ------------------------------------------------------------------------------------------------------ engine
 
-def _files(out_dir: Path, path: str) -> dict[str, Path]:
-    return {k: out_dir / f"{path}.{k}" for k in ("log", "engine.json", "json")}
+def _files(out_dir: Path, run: str) -> dict[str, Path]:
+    return {k: out_dir / f"{run}.{k}" for k in ("log", "engine.json", "json")}
 
 
 def _gpu_total_bytes() -> int:
@@ -136,8 +157,9 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
         config.update(caovan_mode="off", caovan_turing_mma="off")
     spec = {"method": "mtp", "num_speculative_tokens": mtp, "attention_backend": "TRITON_ATTN"}
     args = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
-            "--port", str(port), "--served-model-name", SERVED, "--load-format", "dummy", "--skip-tokenizer-init",
-            "--dtype", "half", "--quantization", "awq_marlin", "--attention-backend", "TRITON_ATTN",
+            "--port", str(port), "--served-model-name", SERVED, "--load-format", "dummy",
+            "--dtype", "half", "--kv-cache-dtype", "auto", "--quantization", "awq_marlin",
+            "--attention-backend", "TRITON_ATTN",
             "--no-enable-prefix-caching", "--gpu-memory-utilization", f"{utilization:.6f}",
             "--speculative-config", json.dumps(spec), *PROFILE_ARGS,
             "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(profiler_dir.resolve()),
@@ -151,17 +173,17 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
     return args, env
 
 
-def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool) -> None:
+def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = _files(out_dir, path)
+    files = _files(out_dir, run)
     port = 8100 + PATHS.index(path)
-    command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{path}.trace")
+    command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace")
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
-    files["engine.json"].write_text(json.dumps({"pid": process.pid, "port": port, "started": time.time(),
+    files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
                                                 "command": command}))
-    print(f"{path}: engine pid {process.pid} on port {port}, log {files['log']}")
+    print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
 def _alive(pgid: int) -> bool:
@@ -203,8 +225,11 @@ def _wait_ready(path: str, out_dir: Path, timeout_s: float) -> tuple[str, float]
     raise SystemExit(f"{path}: not ready after {timeout_s:.0f} s")
 
 
+FIRST_PLAIN_ID = 1024  # below: the small tokenizer's own tokens, among them the vision placeholders
+
+
 def _prompt(tokens: int, rng: random.Random, vocab: int) -> list[int]:
-    return [rng.randrange(1000, vocab) for _ in range(tokens)]
+    return [rng.randrange(FIRST_PLAIN_ID, vocab) for _ in range(tokens)]
 
 
 def _stream(client: httpx.Client, base: str, prompt: list[int], max_tokens: int) -> list[float]:
@@ -268,6 +293,23 @@ def kernel_time_by_category(trace: Path) -> dict[str, float]:
     return dict(totals)
 
 
+def memory(path: str, out_dir: Path, timeout_s: float) -> None:
+    """Wait for vLLM's KV cache size lines, record them with the engine's memory lines, stop the engine."""
+    files = _files(out_dir, path)
+    meta = json.loads(files["engine.json"].read_text())
+    deadline = time.monotonic() + timeout_s
+    facts = {}
+    while time.monotonic() < deadline:
+        facts = engine_log_facts(files["log"].read_text(errors="replace"))
+        if facts["max_concurrency"] or not _alive(meta["pid"]):
+            break
+        time.sleep(2)
+    stop(path, out_dir)
+    files["json"].write_text(json.dumps({"run": path, "mtp": meta["mtp"], "text_only": meta["text_only"],
+                                         "budget_bytes": meta["budget_bytes"], "log": facts}, indent=1))
+    print(f"{path}: KV cache {facts.get('kv_cache_tokens')} tokens, concurrency {facts.get('max_concurrency')}")
+
+
 def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profile: bool, timeout_s: float,
             seed: int) -> None:
     files = _files(out_dir, path)
@@ -277,8 +319,8 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
     vocab = model_config["text_config"]["vocab_size"]
     rng = random.Random(seed)
     print(f"{path}: ready after {ready_s:.0f} s (seed {seed})")
-    result: dict = {"path": path, "ready_s": ready_s, "seed": seed, "ttft_s": {}, "decode_ms": {},
-                    "log": engine_log_facts(files["log"].read_text(errors="replace"))}
+    result: dict = {"path": meta["path"], "run": path, "mtp": meta["mtp"], "ready_s": ready_s, "seed": seed,
+                    "ttft_s": {}, "decode_ms": {}, "log": engine_log_facts(files["log"].read_text(errors="replace"))}
     with httpx.Client(timeout=1200) as client:
         for tokens in ttft:
             time_to_first_token(client, base, tokens, rng, vocab)  # compiles and autotunes for this length
@@ -331,7 +373,9 @@ def engine_log_facts(log: str) -> dict:
 
 def report(out_dir: Path) -> None:
     results = {p: json.loads((out_dir / f"{p}.json").read_text()) for p in PATHS if (out_dir / f"{p}.json").exists()}
-    if not results:
+    fits = [json.loads(f.read_text()) for f in sorted(out_dir.glob("*.json")) if f.stem not in results
+            and not f.name.endswith(".engine.json")]
+    if not results and not fits:
         raise SystemExit(f"no results in {out_dir}")
     lengths = sorted({int(k) for r in results.values() for k in r["ttft_s"]})
     batches = sorted({int(k) for r in results.values() for k in r["decode_ms"]})
@@ -357,8 +401,8 @@ def report(out_dir: Path) -> None:
             total = sum(cats.values())
             cells = [f"{cats.get(label, 0) / per[p]:.2f} ({100 * cats.get(label, 0) / total:.0f}%)" for label in labels]
             print(f"| {p} | " + " | ".join(cells) + f" | {total / per[p]:.2f} |")
-    for path, r in results.items():
-        facts = r["log"]
+    for r in [*results.values(), *fits]:
+        facts, path = r["log"], r["run"]
         print(f"\n{path}: KV cache {facts['kv_cache_tokens']} tokens, concurrency {facts['max_concurrency']}, "
               f"backends {sorted(set(facts['attention_backends']))}, TensorCore75 {facts['tensorcore75_counts'][-1:]}")
 
@@ -379,8 +423,13 @@ def main() -> None:
     s.add_argument("--budget-bytes", type=float, default=22e9)
     s.add_argument("--mtp", type=int, default=3)
     s.add_argument("--text-only", action="store_true")
+    s.add_argument("--name", help="the run's name (default: the path)")
+    mem = sub.add_parser("memory")
+    mem.add_argument("path", metavar="RUN")
+    mem.add_argument("--out-dir", type=Path, required=True)
+    mem.add_argument("--timeout", type=float, default=600)
     me = sub.add_parser("measure")
-    me.add_argument("path", choices=PATHS)
+    me.add_argument("path", metavar="RUN")
     me.add_argument("--out-dir", type=Path, required=True)
     me.add_argument("--ttft", default="4096,16384,32768")
     me.add_argument("--batches", default="1,4")
@@ -388,7 +437,7 @@ def main() -> None:
     me.add_argument("--timeout", type=float, default=900)
     me.add_argument("--seed", type=int, default=None)
     st = sub.add_parser("stop")
-    st.add_argument("path", choices=PATHS)
+    st.add_argument("path", metavar="RUN")
     st.add_argument("--out-dir", type=Path, required=True)
     r = sub.add_parser("report")
     r.add_argument("out_dir", type=Path)
@@ -396,7 +445,9 @@ def main() -> None:
     if a.command == "model":
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
     elif a.command == "start":
-        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only)
+        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path)
+    elif a.command == "memory":
+        memory(a.path, a.out_dir, a.timeout)
     elif a.command == "measure":
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
         measure(a.path, a.out_dir, [int(x) for x in a.ttft.split(",") if x],

@@ -7,7 +7,15 @@ It follows how vLLM (0.2x-0.33) lays memory out for hybrid GDN models:
 - each GDN layer keeps per sequence a conv state (conv_dim x (kernel-1+S), engine dtype) and a recurrent state
   (HV x V x K, the SSM dtype) in 1+S slots with S draft tokens (the verify step writes one slot per draft token);
 - the attention block is the smallest multiple of 16 tokens whose page is at least one GDN state page, and GDN pages
-  are padded to that size, so both share one block pool.
+  are padded to that size, so both share one block pool;
+- layers are put into groups of one size (vLLM's `_get_kv_cache_groups_uniform_page_size`): the smaller of the
+  attention-layer and GDN-layer counts, or the larger when it is under 1.5x the smaller; one block id holds a page
+  for each layer slot of a group, so a group short of layers still costs a full group (Qwen3.6-27B with MTP: 17
+  attention layers, 48 GDN layers in 3 groups of 17 slots);
+- a sequence of L tokens takes cdiv(L, block) block ids per attention group and 1+S per GDN group, and vLLM reports
+  "Maximum concurrency" as the pool's block ids over that count at --max-model-len, "GPU KV cache size" as that
+  concurrency times --max-model-len (vllm/v1/core/kv_cache_utils.py, 0.21 to 0.26).
+Checked on an H200 with vLLM 0.21 against one TP2 rank of Qwen3.6-27B-AWQ (docs/verification.md, "Memory fit").
 Norms, A_log, dt_bias and other vectors (a few MB) are left out.
 """
 
@@ -24,13 +32,19 @@ DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
                "fp8_e5m2": 1}
 
 # Activations are measured by vLLM's profiling run inside its budget: per prefill token the hidden state copies,
-# the FFN's gate/up/down buffers and the GDN conv input; plus a fixed part for the CUDA context, cuBLAS/NCCL
-# workspaces, the sampler and Marlin scratch.
+# the FFN's gate/up/down buffers and the GDN conv input; plus a fixed part for cuBLAS/NCCL workspaces, the sampler
+# and Marlin scratch.
 ACTIVATION_FIXED_BYTES = 512 * MIB
-# Outside vLLM's budget (its profiler cannot see them): CUDA graph pools captured after the KV cache is allocated
-# (target model and MTP drafter), and a safety margin for allocator fragmentation.
-CUDA_GRAPH_RESERVE_BYTES = 768 * MIB
-SAFETY_RESERVE_BYTES = 512 * MIB
+# Inside vLLM's budget since 0.21 (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS, on by default): the CUDA graph pools of
+# the target and the MTP drafter, estimated before the KV cache is sized. Measured 0.12 GiB for one rank at
+# --max-num-seqs 4 (capture sizes up to 32); twice that is kept.
+CUDA_GRAPH_BYTES = 256 * MIB
+# What vLLM's weight load took beyond the tensors counted here, measured on the same rank (9.49 GiB loaded against
+# 8.99 GiB counted, vision tower included): Marlin's repacked layout and workspaces, rotary caches, buffers.
+LOAD_OVERHEAD_BYTES = 512 * MIB
+# Outside vLLM's budget: the engine's CUDA context and allocator headroom. vLLM refuses to start when the free memory
+# it finds (after its context exists) is below the budget, so the budget leaves this much of an idle card unused.
+OUTSIDE_BUDGET_BYTES = 1280 * MIB
 
 
 @dataclass(frozen=True)
@@ -146,34 +160,61 @@ def gdn_state_page_bytes(m: ModelFacts, tp: int, spec_tokens: int, ssm_dtype_byt
     return conv + recurrent
 
 
+def _group_size(attention_layers: int, gdn_layers: int) -> int:
+    """The one group size vLLM gives every KV cache group of a hybrid model."""
+    small, large = min(attention_layers, gdn_layers), max(attention_layers, gdn_layers)
+    return large if large * 2 < small * 3 else small
+
+
 @dataclass(frozen=True)
 class CacheLayout:
     block_tokens: int  # attention block size after alignment with the GDN page
     kv_bytes_per_token: int  # all KV layers on one rank
-    gdn_state_bytes_per_seq: int  # all GDN layers, 1+S padded slots, one rank
+    block_bytes: int  # one block id: a page (block_tokens of one layer) for each slot of a group
+    attention_groups: int
+    gdn_blocks_per_seq: int  # block ids one sequence's GDN state takes: GDN groups x (1+S) slots
+
+    @property
+    def gdn_state_bytes_per_seq(self) -> int:
+        return self.gdn_blocks_per_seq * self.block_bytes
+
+    def blocks_for(self, max_model_len: int) -> int:
+        """Block ids one sequence of max_model_len tokens takes."""
+        return self.attention_groups * -(-max_model_len // self.block_tokens) + self.gdn_blocks_per_seq
 
     def bytes_for(self, num_seqs: int, max_model_len: int) -> int:
-        blocks = -(-max_model_len // self.block_tokens)
-        return num_seqs * (self.gdn_state_bytes_per_seq + blocks * self.block_tokens * self.kv_bytes_per_token)
+        return num_seqs * self.blocks_for(max_model_len) * self.block_bytes
 
     def max_model_len(self, pool_bytes: int, num_seqs: int) -> int:
         """Longest context (whole blocks) such that num_seqs sequences of it fit in the pool; 0 if none does."""
-        per_seq = pool_bytes // num_seqs - self.gdn_state_bytes_per_seq
+        per_seq = pool_bytes // self.block_bytes // num_seqs - self.gdn_blocks_per_seq
         if per_seq <= 0:
             return 0
-        return per_seq // (self.block_tokens * self.kv_bytes_per_token) * self.block_tokens
+        return per_seq // self.attention_groups * self.block_tokens
+
+    def concurrency(self, pool_bytes: int, max_model_len: int) -> float:
+        """vLLM's "Maximum concurrency for max_model_len tokens per request" for a KV pool of pool_bytes."""
+        return pool_bytes // self.block_bytes / self.blocks_for(max_model_len)
+
+    def kv_cache_tokens(self, pool_bytes: int, max_model_len: int) -> int:
+        """vLLM's "GPU KV cache size: N tokens" (concurrency times max_model_len, not the blocks' tokens)."""
+        return int(self.concurrency(pool_bytes, max_model_len) * max_model_len)
 
 
 def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, ssm_dtype_bytes: int) -> CacheLayout:
     per_token_layer = kv_bytes_per_token_per_layer(m, tp, kv_dtype_bytes)
-    kv_token = kv_bytes_per_token(m, tp, kv_dtype_bytes, spec_tokens)
+    attention = kv_layers(m, spec_tokens)  # the MTP head's attention layer has the target's spec: same group
+    kv_token = attention * per_token_layer
     if not m.num_gdn_layers:
-        return CacheLayout(KERNEL_BLOCK_ALIGNMENT, kv_token, 0)
+        return CacheLayout(KERNEL_BLOCK_ALIGNMENT, kv_token, attention * KERNEL_BLOCK_ALIGNMENT * per_token_layer,
+                           1, 0)
     page = gdn_state_page_bytes(m, tp, spec_tokens, ssm_dtype_bytes)
     unit = KERNEL_BLOCK_ALIGNMENT * per_token_layer
     block = KERNEL_BLOCK_ALIGNMENT * -(-page // unit)
-    padded_page = block * per_token_layer
-    return CacheLayout(block, kv_token, m.num_gdn_layers * (1 + spec_tokens) * padded_page)
+    group = _group_size(attention, m.num_gdn_layers)
+    gdn_groups = -(-m.num_gdn_layers // group)
+    return CacheLayout(block, kv_token, group * block * per_token_layer, -(-attention // group),
+                       gdn_groups * (1 + spec_tokens))
 
 
 def activation_bytes(m: ModelFacts, tp: int, max_num_batched_tokens: int) -> int:
@@ -182,5 +223,7 @@ def activation_bytes(m: ModelFacts, tp: int, max_num_batched_tokens: int) -> int
     return max_num_batched_tokens * per_token + ACTIVATION_FIXED_BYTES
 
 
-def outside_budget_bytes(cuda_graphs: bool) -> int:
-    return (CUDA_GRAPH_RESERVE_BYTES if cuda_graphs else 0) + SAFETY_RESERVE_BYTES
+def inside_budget_overheads(cuda_graphs: bool) -> int:
+    """vLLM's budget spent before the KV cache besides the counted weights and activations: its weight load's
+    extra and, unless --enforce-eager, the CUDA graph pools."""
+    return LOAD_OVERHEAD_BYTES + (CUDA_GRAPH_BYTES if cuda_graphs else 0)

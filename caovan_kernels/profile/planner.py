@@ -292,16 +292,15 @@ def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
     if user_util is not None:
         b.note("AutoMem", user_util, "pinned by user")
         return int(gpu.total_bytes * float(user_util))
-    eager = b.pinned_flag("--enforce-eager") is not None
-    outside = memory.outside_budget_bytes(cuda_graphs=not eager)
+    outside = memory.OUTSIDE_BUDGET_BYTES
     pct = min(MAX_GPU_MEMORY_UTILIZATION_PCT, (gpu.free_bytes - outside) * 100 // gpu.total_bytes)
     if pct <= 0:
         raise ProfileError(f"{gpu.describe()} has only {_gib(gpu.free_bytes)} free; free GPU memory first "
                            "(nvidia-smi shows who holds it)")
     b.decide("AutoMem", "--gpu-memory-utilization", f"{pct / 100:.2f}",
              f"{_gib(gpu.free_bytes)} free{'' if measured else ' (planning: assumed idle)'} of "
-             f"{_gib(gpu.total_bytes)} on {gpu.name}, minus {_mib(outside)} kept outside vLLM's budget "
-             f"({'no CUDA graphs (--enforce-eager), ' if eager else 'CUDA graphs, '}fragmentation)")
+             f"{_gib(gpu.total_bytes)} on {gpu.name}, minus {_mib(outside)} kept outside vLLM's budget (the "
+             "engine's CUDA context and allocator headroom: vLLM refuses to start when less than its budget is free)")
     return gpu.total_bytes * pct // 100
 
 
@@ -342,20 +341,19 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     b.decide("max-num-batched-tokens", "--max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS,
              "prefill chunk; bounds the activation peak counted below")
     activations = memory.activation_bytes(m, tp, batched)
-    pool = budget - weights.total - activations
+    overheads = memory.inside_budget_overheads(cuda_graphs=b.pinned_flag("--enforce-eager") is None)
+    pool = budget - weights.total - activations - overheads
     b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
-                    weights_bytes=weights.total, activation_bytes=activations, pool_bytes=pool, tensor_parallel=tp)
+                    weights_bytes=weights.total, activation_bytes=activations, overhead_bytes=overheads,
+                    pool_bytes=pool, tensor_parallel=tp)
     if pool <= 0:
         raise ProfileError(
             f"{m.path.name} does not fit on {tp}x {gpu.name}: weights {_gib(weights.total)} + activations "
             f"{_gib(activations)} per GPU exceed the {_gib(budget)} budget; use more GPUs or a smaller quantization")
     b.note("AutoMem budget", _gib(pool), f"per GPU: budget {_gib(budget)} - weights {_gib(weights.total)} - "
-           f"activations {_gib(activations)} ({batched}-token prefill) = {_gib(pool)} for KV cache and GDN state")
-    if m.vision is not None:
-        hint = "; --language-model-only serves text only and frees it" if b.abilities.accepts(
-            "--language-model-only") else ""
-        b.note("vision tower", f"{_gib(memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp)} per GPU",
-               "estimated from vision_config and counted in the weights" + hint)
+           f"activations {_gib(activations)} ({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load "
+           f"and CUDA graphs = {_gib(pool)} for KV cache and GDN state")
+    _vision_tower(b, m, tp)
 
     target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
     ssm_bytes = memory.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
@@ -373,8 +371,39 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     b.memory.update(kv_bytes_per_token=chosen.kv_bytes_per_token, block_tokens=chosen.block_tokens,
                     gdn_state_bytes_per_seq=chosen.gdn_state_bytes_per_seq, max_model_len_fit=fit,
                     spec_tokens=spec)
-    _elastic_len(b, m, chosen, pool, num_seqs, fit)
+    length = _elastic_len(b, m, chosen, pool, num_seqs, fit)
+    b.memory.update(vllm_kv_cache_tokens=chosen.kv_cache_tokens(pool, length))
+    b.note("vLLM's KV report", f"{chosen.kv_cache_tokens(pool, length)} tokens",
+           f"what vLLM should log for this plan: \"GPU KV cache size\" and \"Maximum concurrency for {length} tokens "
+           f"per request: {chosen.concurrency(pool, length):.2f}x\" (its count: whole {chosen.block_tokens}-token "
+           "blocks, GDN state included); a start that logs less than --max-num-seqs serves fewer full-length "
+           "sequences than planned")
+    if m.vision is not None and b.abilities.accepts("--language-model-only"):
+        vision = memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp
+        freed = vision // chosen.block_bytes * chosen.block_tokens // chosen.attention_groups
+        b.note("text only", "not set", f"--language-model-only would not build the vision tower: about "
+               f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
+               "model's abilities; pin the flag to serve text only")
     return f"{tp}x {gpu.name} sm{gpu.sm}"
+
+
+def _vision_tower(b: _Builder, m: ModelFacts, tp: int) -> None:
+    """Count the tower, and refuse a quantization config vLLM cannot build it with (before vLLM fails obscurely)."""
+    if m.vision is None:
+        return
+    b.note("vision tower", f"{_gib(memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp)} per GPU",
+           "estimated from vision_config and counted in the weights")
+    q = m.quantization
+    width = m.vision.intermediate_size // tp
+    if q is None or q.group_size <= 0 or not q.converts("visual.blocks.0.mlp.linear_fc2") or not width % q.group_size:
+        return
+    raise ProfileError(
+        f"{m.path}/config.json: quantization_config ({q.method}) covers the vision tower (modules_to_not_convert has "
+        f"no \"visual\"), and its MLP ({m.vision.intermediate_size} wide, {width} per GPU) is not a whole number of "
+        f"{q.group_size}-wide groups: vLLM cannot build it (\"input size is not aligned with the quantized weight "
+        "shape\"), with or without --language-model-only, which still builds the tower's layers. Quantized "
+        "checkpoints normally keep the tower in 16 bit: if no visual.* tensor of the checkpoint is a qweight, add "
+        "\"visual\" to quantization_config.modules_to_not_convert in config.json")
 
 
 def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int, layout) -> int:
@@ -404,16 +433,18 @@ def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int
     return 0
 
 
-def _elastic_len(b: _Builder, m: ModelFacts, layout: memory.CacheLayout, pool: int, num_seqs: int, fit: int) -> None:
+def _elastic_len(b: _Builder, m: ModelFacts, layout: memory.CacheLayout, pool: int, num_seqs: int, fit: int) -> int:
+    """Decide --max-model-len; returns the length the engine will run with."""
     per_seq = (f"GDN state {_mib(layout.gdn_state_bytes_per_seq)} per sequence, KV {layout.kv_bytes_per_token} B "
                f"per token in {layout.block_tokens}-token blocks")
     user = b.pinned.value("--max-model-len")
     if user is not None:
         need = layout.bytes_for(num_seqs, int(user))
-        warn = "" if need <= pool else (f"; warning: {num_seqs} x {user} tokens need {_gib(need)} but the pool "
-                                        f"holds {_gib(pool)}: only {fit} tokens fit per sequence")
+        warn = "" if need <= pool else (
+            f"; warning: {num_seqs} x {user} tokens need {_gib(need)} but the pool holds {_gib(pool)}: only {fit} "
+            f"tokens fit per sequence, or {layout.concurrency(pool, int(user)):.2f} sequences of {user}")
         b.note("Elastic-KV", user, "pinned by user" + warn)
-        return
+        return int(user)
     if fit <= 0:
         raise ProfileError(
             f"no context fits: {num_seqs} sequences x {per_seq} exceed the {_gib(pool)} pool; lower --max-num-seqs "
@@ -422,6 +453,7 @@ def _elastic_len(b: _Builder, m: ModelFacts, layout: memory.CacheLayout, pool: i
     why = f"{num_seqs} sequence(s) in the {_gib(pool)} pool; {per_seq}"
     why += f"; the model's maximum (memory allows {fit})" if length < fit else "; the largest that fits"
     b.decide("Elastic-KV", "--max-model-len", length, why)
+    return length
 
 
 # ------------------------------------------------------------------------------------------------------ public

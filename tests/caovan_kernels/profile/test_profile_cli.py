@@ -19,7 +19,7 @@ def test_json_output_with_pinned_args():
     assert set(data) == {"model", "args", "env", "decisions", "device", "vllm", "memory"}
     assert data["args"][:2] == ["--max-num-seqs", "1"]
     assert {"name", "value", "reason"} == set(data["decisions"][0])
-    assert data["memory"]["pool_bytes"] == 12_437_345_976
+    assert data["memory"]["pool_bytes"] == 11_632_039_608
 
 
 def test_table_for_humans():

@@ -9,7 +9,7 @@ from profile_cases import TWO_2080TI
 
 from caovan_kernels import contract
 from caovan_kernels.contract import MTP_DEFAULT
-from caovan_kernels.errors import InventoryError
+from caovan_kernels.errors import InventoryError, ProfileError
 from caovan_kernels.profile import (
     apply_profile,
     build_profile,
@@ -31,7 +31,7 @@ def test_pinned_max_model_len_too_long_is_kept_with_a_warning(qwen36_dir, instal
     p = build_profile(qwen36_dir, ["--max-model-len", "200000", "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
     assert p.args[:2] == ["--max-model-len", "200000"] and p.args.count("--max-model-len") == 1
     reason = p.decision("Elastic-KV").reason
-    assert "pinned by user" in reason and "only 80000 tokens fit" in reason
+    assert "pinned by user" in reason and "only 73600 tokens fit" in reason and "1.59 sequences of 200000" in reason
     # With the full context pinned, MTP=4 is not granted: 4 x 200000 tokens do not fit with margin.
     assert json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
 
@@ -42,9 +42,10 @@ def test_pinned_speculative_config_is_kept_and_sizes_memory(qwen36_dir, installe
     assert p.args.count("--speculative-config") == 1 and spec in p.args
     assert p.decision("AutoSpec").reason == "pinned by user"
     assert p.memory["spec_tokens"] == 1
-    # One draft token: page 5120*(3+1)*2 + 1,572,864 = 1,613,824 B -> 800-token blocks (1,638,400 B pages),
-    # 48 layers x (1+1) slots = 157,286,400 B per sequence.
-    assert (p.memory["block_tokens"], p.memory["gdn_state_bytes_per_seq"]) == (800, 157_286_400)
+    # One draft token: page 5120*(3+1)*2 + 1,572,864 = 1,613,824 B -> 800-token blocks (1,638,400 B pages); vLLM
+    # groups the 48 GDN layers in 3 groups of 17 slots (the 17 attention layers' group size): 3 groups x (1+1)
+    # slots x 17 pages = 167,116,800 B per sequence.
+    assert (p.memory["block_tokens"], p.memory["gdn_state_bytes_per_seq"]) == (800, 167_116_800)
 
 
 def test_unknown_gpu_is_a_clear_error():
@@ -82,15 +83,15 @@ def test_model_without_mtp(model_variant, installed_vllm):
         load_model_facts(model), 2, 0, 2, 4).block_tokens * 2048
 
 
-def test_one_gpu_means_tp1_and_fewer_draft_tokens(qwen36_dir, installed_vllm):
+def test_one_gpu_means_tp1_and_no_room_to_draft(qwen36_dir, installed_vllm):
     p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], "1x RTX 2080 Ti 22GB sm75", installed_vllm)
     assert "--tensor-parallel-size" not in p.args and "--disable-custom-all-reduce" not in p.args
     assert p.decision("DynamicTP").value == "1" and "one usable GPU" in p.decision("DynamicTP").reason
-    # TP1 holds all 17.99 GB of weights: the pool is small, and each sequence's GDN state doubles (all 48 value
-    # heads), so MTP=3 would leave under 4096 tokens per sequence and AutoSpec drafts fewer.
-    spec = json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"]
-    assert spec < 3 and "MTP=3 leaves under 4096 tokens" in p.decision("AutoSpec").reason
-    assert int(p.args[p.args.index("--max-model-len") + 1]) >= 4096
+    # TP1 holds all 17.99 GB of weights: a 2.31 GiB pool, and each sequence's GDN state doubles (all 48 value
+    # heads), so even MTP=1 leaves under 4096 tokens per sequence: no speculation, 4 x 7056 tokens.
+    assert "--speculative-config" not in p.args
+    assert p.decision("AutoSpec").value == "off" and "even MTP=1 leaves under 4096" in p.decision("AutoSpec").reason
+    assert p.args[p.args.index("--max-model-len") + 1] == "7056"
 
 
 def test_tp_picks_the_largest_divisor_of_the_heads(qwen36_dir, installed_vllm):
@@ -227,6 +228,7 @@ def test_vision_tower_is_counted(qwen36_dir, tmp_path, installed_vllm):
     config = json.loads((qwen36_dir / "config.json").read_text())
     config["vision_config"] = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 5120,
                                "spatial_merge_size": 2}
+    config["quantization_config"]["modules_to_not_convert"].append("visual")  # as quantized checkpoints keep it
     (tmp_path / "config.json").write_text(json.dumps(config))
     # 27 * (4*1152^2 + 2*1152*4304) + (1152*4)^2 + 1152*4*5120 = 411,070,464 + 44,826,624 = 455,897,088 params;
     # fp16, split over 2 GPUs: 455,897,088 B per GPU more than the text-only model.
@@ -234,7 +236,21 @@ def test_vision_tower_is_counted(qwen36_dir, tmp_path, installed_vllm):
     assert with_vision.total - memory.weight_bytes_per_gpu(load_model_facts(qwen36_dir), tp=2).total == 455_897_088
     p = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
     assert p.memory["weights_bytes"] == 8_997_980_160 + 455_897_088
-    assert "--language-model-only" in p.decision("vision tower").reason
+    text_only = p.decision("text only")
+    assert text_only.value == "not set" and "--language-model-only would not build the vision tower" in text_only.reason
+    assert "0.42 GiB per GPU" in text_only.reason and "more KV tokens" in text_only.reason
+
+
+def test_a_quantization_config_that_covers_the_vision_tower_is_refused_with_the_fix(qwen36_dir, tmp_path,
+                                                                                   installed_vllm):
+    """vLLM 0.21 builds the tower with AWQ layers and fails ("input size is not aligned with the quantized weight
+    shape"): the profile says why and what to change before vLLM does."""
+    config = json.loads((qwen36_dir / "config.json").read_text())
+    config["vision_config"] = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 5120}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ProfileError, match=r"covers the vision tower.*2152 per GPU.*128-wide.*add \"visual\" to "
+                                           r"quantization_config.modules_to_not_convert"):
+        build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
 
 
 def test_on_the_turing_proxy_the_target_and_the_drafter_get_a_2080_tis_attention(qwen36_dir, installed_vllm,

@@ -17,28 +17,33 @@ Per GPU at TP2:
   conv1d 48 * 10240*4*2 / 2 = 1,966,080.  Weights per GPU = 6,429,624,320 + 2,568,355,840 = 8,997,980,160 B (8.38 GiB).
 - KV per token per GPU: (16 attention + 1 MTP layer) * 2 (K,V) * 2 KV heads * 256 * 2 B = 17 * 2048 = 34,816 B.
 - GDN state, one slot of one layer: recurrent 24 heads * 128 * 128 * 4 B = 1,572,864; conv 5120 * (3 + S) * 2 B.
-  S=3: 61,440 -> 1,634,304 B. Attention block = 16 * ceil(1,634,304 / (16*2048)) = 16*50 = 800 tokens, page padded to
-  800*2048 = 1,638,400 B; per sequence 48 layers * (1+3) slots * 1,638,400 = 314,572,800 B (300 MiB).
-  S=4: conv 71,680 -> 1,644,544 B; block 16*51 = 816; page 1,671,168; per sequence 48*5*1,671,168 = 401,080,320 B.
-- 22 GiB card = 23,622,320,128 B, assumed idle. Kept outside vLLM: 768 MiB CUDA graphs + 512 MiB safety
+  S=3: 61,440 -> 1,634,304 B. Attention block = 16 * ceil(1,634,304 / (16*2048)) = 16*50 = 800 tokens.
+  vLLM's groups: 17 attention layers (MTP's included), 48 GDN layers; 48 >= 1.5 * 17, so groups of 17 slots: 1
+  attention group, 3 GDN groups (16 layers + 1 padding slot each). One block id = 17 pages of 800*2048 B
+  = 27,852,800 B; a sequence's GDN state = 3 groups * (1+3) slots = 12 block ids = 334,233,600 B.
+  S=4: conv 71,680 -> 1,644,544 B; block 16*51 = 816; block id 17*816*2048 = 28,409,856 B; 3*5 = 15 ids
+  = 426,147,840 B.
+- 22 GiB card = 23,622,320,128 B, assumed idle. Kept outside vLLM (CUDA context, allocator headroom): 1280 MiB
   = 1,342,177,280 -> utilization floor((23,622,320,128 - 1,342,177,280) * 100 / 23,622,320,128)% = 94%;
   budget 23,622,320,128 * 94 // 100 = 22,204,980,920 B.
 - Activations: 2048 tokens * 2 B * (4*5120 + 3*8704 + 2*5120) = 2048 * 113,664 = 232,783,872, + 512 MiB fixed
-  = 769,654,784 B.
-- Pool = 22,204,980,920 - 8,997,980,160 - 769,654,784 = 12,437,345,976 B (11.58 GiB).
-- max-num-seqs 1: MTP=4 for the full 262,144 tokens needs ceil(262144/816) = 322 blocks * 816 * 34,816
-  = 9,147,973,632 + 401,080,320 = 9,549,053,952 B <= 90% of the pool (11,193,611,378) -> MTP=4. Memory would allow
-  (12,437,345,976 - 401,080,320) // (816*34,816 = 28,409,856) = 423 blocks = 345,168 tokens; capped at the model's
-  262,144.
-- max-num-seqs 4: MTP=4 would need 4 * 9,549,053,952 > pool -> MTP=3. Per sequence 12,437,345,976 // 4
-  = 3,109,336,494 - 314,572,800 = 2,794,763,694 // (800*34,816 = 27,852,800) = 100 blocks -> 80,000 tokens.
+  = 769,654,784 B. Inside the budget besides: 512 MiB of weight-load overhead + 256 MiB of CUDA graphs
+  = 805,306,368 B.
+- Pool = 22,204,980,920 - 8,997,980,160 - 769,654,784 - 805,306,368 = 11,632,039,608 B (10.83 GiB).
+- max-num-seqs 1: MTP=4 for the full 262,144 tokens needs (ceil(262144/816) = 322 + 15) = 337 block ids
+  * 28,409,856 = 9,574,121,472 B <= 90% of the pool (10,468,835,647) -> MTP=4. The pool holds 11,632,039,608 //
+  28,409,856 = 409 ids: (409 - 15) * 816 = 321,504 tokens; capped at the model's 262,144. vLLM's report:
+  concurrency 409 / 337 = 1.2136x, 318,151 tokens.
+- max-num-seqs 4: MTP=4 would need 4 * 9,574,121,472 > pool -> MTP=3. 11,632,039,608 // 27,852,800 = 417 ids;
+  417 // 4 = 104 per sequence - 12 for GDN = 92 attention blocks = 73,600 tokens. vLLM's report: 417 / (92 + 12)
+  = 4.01x, int(4.0096 * 73,600) = 295,107 tokens.
 """
 
 from __future__ import annotations
 
 import json
 
-from profile_cases import TWO_2080TI
+from profile_cases import QWEN36_AWQ, TWO_2080TI
 
 from caovan_kernels.profile import build_profile, load_model_facts, memory
 
@@ -57,9 +62,9 @@ def test_weights_kv_and_gdn_state_per_gpu_at_tp2(qwen36_dir):
     assert memory.kv_bytes_per_token(m, tp=2, kv_dtype_bytes=2, spec_tokens=0) == 32_768  # no draft layer
     assert memory.gdn_state_page_bytes(m, tp=2, spec_tokens=3, ssm_dtype_bytes=4) == 1_634_304
     s3 = memory.cache_layout(m, tp=2, spec_tokens=3, kv_dtype_bytes=2, ssm_dtype_bytes=4)
-    assert (s3.block_tokens, s3.gdn_state_bytes_per_seq) == (800, 314_572_800)
+    assert (s3.block_tokens, s3.block_bytes, s3.gdn_state_bytes_per_seq) == (800, 27_852_800, 334_233_600)
     s4 = memory.cache_layout(m, tp=2, spec_tokens=4, kv_dtype_bytes=2, ssm_dtype_bytes=4)
-    assert (s4.block_tokens, s4.gdn_state_bytes_per_seq) == (816, 401_080_320)
+    assert (s4.block_tokens, s4.block_bytes, s4.gdn_state_bytes_per_seq) == (816, 28_409_856, 426_147_840)
 
 
 def _speculative_tokens(profile) -> int:
@@ -71,23 +76,50 @@ def test_one_sequence_gets_mtp4_and_the_full_context(qwen36_dir, installed_vllm)
     assert p.memory["budget_bytes"] == 22_204_980_920
     assert p.memory["weights_bytes"] == 8_997_980_160
     assert p.memory["activation_bytes"] == 769_654_784
-    assert p.memory["pool_bytes"] == 12_437_345_976
-    assert p.memory["max_model_len_fit"] == 345_168
+    assert p.memory["overhead_bytes"] == 805_306_368
+    assert p.memory["pool_bytes"] == 11_632_039_608
+    assert p.memory["max_model_len_fit"] == 321_504
+    assert p.memory["vllm_kv_cache_tokens"] == 318_151
     assert _speculative_tokens(p) == 4
     assert p.args[p.args.index("--max-model-len") + 1] == "262144"
     assert p.args[p.args.index("--gpu-memory-utilization") + 1] == "0.94"
     assert "the model's maximum" in p.decision("Elastic-KV").reason
 
 
-def test_four_sequences_get_mtp3_and_80000_tokens(qwen36_dir, installed_vllm):
+def test_four_sequences_get_mtp3_and_73600_tokens(qwen36_dir, installed_vllm):
     p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
-    assert p.memory["gdn_state_bytes_per_seq"] == 314_572_800
+    assert p.memory["gdn_state_bytes_per_seq"] == 334_233_600
     assert p.memory["kv_bytes_per_token"] == 34_816
     assert _speculative_tokens(p) == 3
-    assert p.args[p.args.index("--max-model-len") + 1] == "80000"
-    # 80,000 tokens really fit for 4 sequences and one more block would not.
+    assert p.args[p.args.index("--max-model-len") + 1] == "73600"
+    assert p.memory["vllm_kv_cache_tokens"] == 295_107
+    assert "Maximum concurrency for 73600 tokens per request: 4.01x" in p.decision("vLLM's KV report").reason
+    # 73,600 tokens really fit for 4 sequences and one more block would not.
     layout = memory.cache_layout(load_model_facts(qwen36_dir), 2, 3, 2, 4)
-    assert layout.bytes_for(4, 80_000) <= p.memory["pool_bytes"] < layout.bytes_for(4, 80_800)
+    assert layout.bytes_for(4, 73_600) <= p.memory["pool_bytes"] < layout.bytes_for(4, 74_400)
+    assert layout.concurrency(p.memory["pool_bytes"], 73_600) >= 4
+
+
+# One TP2 rank of the real config (the vision tower too), as benchmarks/scale_bench.py builds it, served by CUDA
+# vLLM 0.21.0 on an H200 with a 22e9-byte budget (docs/verification.md, "Memory fit", 2026-12-04): what vLLM logged.
+H200_TOTAL_BYTES = 150_110_194_529  # torch's total; --gpu-memory-utilization 0.146559 = 22e9 bytes
+MEASURED = {"GPU KV cache size (tokens)": 507_096, "Maximum concurrency for 80000 tokens": 6.34}
+
+
+def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_percent(tmp_path, installed_vllm):
+    rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
+    inventory = tmp_path / "h200.json"
+    inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TOTAL_BYTES / 2**30,
+                                               "capability": "9.0"}]}))
+    pinned = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
+              "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "fp8", "--dtype", "half",
+              "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
+    p = build_profile(rank, pinned, str(inventory), installed_vllm)
+    assert p.memory["block_tokens"] == 1600  # vLLM logged "Setting attention block size to 1600 tokens"
+    predicted = p.memory["vllm_kv_cache_tokens"]
+    measured = MEASURED["GPU KV cache size (tokens)"]
+    assert abs(predicted - measured) / measured < 0.03, (predicted, measured)
+    assert predicted <= measured  # the plan may promise less than vLLM gives, never more
 
 
 def test_sm75_decisions_half_tp2_no_custom_all_reduce_fp16_kv(qwen36_dir, installed_vllm):
