@@ -22,11 +22,12 @@ multimodal profiling runs as it does for the real model (the tokenizer gets a fi
 vocabulary, so whatever the dummy weights generate detokenizes). `start` launches `caovan-vllm-serve` in its own
 session with every memory setting pinned (the launch profile's shape for a 22 GB card: --max-num-seqs 4,
 --max-model-len 80000, --max-num-batched-tokens 2048, MTP=3, a 16-bit KV cache) and the budget given in bytes turned
-into --gpu-memory-utilization for this GPU; the engine outlives the command, so a slow start can span several. `measure` waits for it, times the first
-token of prompts of each length (one untimed request per length first: compiles and autotuning; then 3 timed, fresh
-random token ids each, so no prefix is cached), the decode step at each batch size (streamed ignore_eos completions:
-with dummy weights no draft is accepted, so one step yields one token and the gap between tokens is the step), and
-with --profile one 32k prefill and one batch-1 decode under vLLM's torch profiler, its GPU kernel time by category.
+into --gpu-memory-utilization for this GPU; the engine outlives the command, so a slow start can span several.
+`measure` waits for it, times the first token of prompts of each length (one untimed request per length first:
+compiles and autotuning; then 3 timed, fresh random token ids each, so no prefix is cached), the decode step at each
+batch size (streamed ignore_eos completions: with dummy weights no draft is accepted, so one step yields one token and
+the gap between tokens is the step), and with --profile one 32k prefill and one batch-1 decode under vLLM's torch
+profiler, its GPU kernel time by category.
 `memory` waits only for vLLM's KV cache lines (the memory fit), records them and stops the engine. A run is named
 RUN (default: its path), results land in OUT/RUN.json; `report` prints the tables.
 
@@ -64,14 +65,18 @@ PROFILE_ARGS = ["--max-num-seqs", "4", "--max-model-len", "80000", "--max-num-ba
 PROCESSOR_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json",
                    "video_preprocessor_config.json", "generation_config.json")
 SPECIAL_TOKEN_KEYS = ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")
-# GPU kernel names -> category, first match wins (GDN before attention: fla's kernel names say "attn" too).
+# GPU kernel names -> category, first match wins (GDN before attention: fla's kernel names say "attn" too). AWQ runs
+# through Marlin (Turing's and the bench's choice, below) or machete (vLLM's choice on sm_90), whose kernels are CUTLASS
+# device kernels; the fp16 GEMMs (lm_head, the drafter's fc) are cuBLAS's (nvjet, xmma, splitK reduce).
 CATEGORIES = (
     ("GDN", re.compile(r"gated_delta|chunk_|fused_recurrent|recurrent_|causal_conv1d|l2norm|solve_tril|recompute_w_u"
-                       r"|cumsum|gdn|caovan|fused_sigmoid_gating|kkt", re.I)),
+                       r"|cumsum|gdn|caovan|fused_sigmoid_gating|kkt|merge_16x16|post_conv", re.I)),
     ("attention", re.compile(r"unified_attention|attn|attention|fmha|flash|reduce_segments", re.I)),
-    ("Marlin/AWQ", re.compile(r"marlin|awq|gptq", re.I)),
-    ("lm_head and dense GEMMs", re.compile(r"gemm|cutlass|nvjet|xmma|cublas|sm90_|sm80_|ampere_|turing_", re.I)),
+    ("AWQ GEMMs", re.compile(r"marlin|awq|gptq|machete|cutlass::device_kernel", re.I)),
+    ("lm_head and dense GEMMs", re.compile(r"gemm|nvjet|xmma|cublas|splitkreduce|sm90_|sm80_|ampere_|turing_", re.I)),
 )
+# Marlin for AWQ on every path, as on a 2080 Ti (machete needs sm_90): the paths then differ in their Triton kernels.
+ENGINE_ENV = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel"}
 
 
 # ------------------------------------------------------------------------------------------------------ model
@@ -167,7 +172,7 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
             "--additional-config", json.dumps(config)]
     if text_only:
         args.append("--language-model-only")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **ENGINE_ENV}
     if path.startswith("proxy"):
         env["CAOVAN_TURING_PROXY"] = "triton"  # the sm_75 code path; torch.compile still sees the real GPU
     return args, env
@@ -232,9 +237,11 @@ def _prompt(tokens: int, rng: random.Random, vocab: int) -> list[int]:
     return [rng.randrange(FIRST_PLAIN_ID, vocab) for _ in range(tokens)]
 
 
-def _stream(client: httpx.Client, base: str, prompt: list[int], max_tokens: int) -> list[float]:
-    """Arrival times (perf_counter) of each streamed token chunk of one completion."""
-    arrivals = []
+def _stream(client: httpx.Client, base: str, prompt: list[int], max_tokens: int,
+            arrivals: list[float] | None = None) -> list[float]:
+    """Arrival times (perf_counter) of each streamed token chunk of one completion, appended to `arrivals` as they
+    come when given."""
+    arrivals = [] if arrivals is None else arrivals
     with client.stream("POST", f"{base}/v1/completions", json={
             "model": SERVED, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True,
             "stream": True}) as reply:
@@ -268,6 +275,36 @@ def _profiled(base: str, trace_dir: Path, action) -> dict[str, float]:
     httpx.post(f"{base}/start_profile", timeout=60).raise_for_status()
     action()
     httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
+    return _newest_trace(trace_dir, before)
+
+
+def _profiled_decode(base: str, trace_dir: Path, rng: random.Random, vocab: int, steps: int) -> tuple[dict, int]:
+    """GPU kernel milliseconds by category over decode steps only (the profiler starts after the first tokens, so
+    the prompt's prefill is not in the window), and how many steps the window held."""
+    import threading
+
+    arrivals: list[float] = []  # appended as tokens stream in
+
+    def generate() -> None:
+        with httpx.Client(timeout=1200) as client:
+            _stream(client, base, _prompt(256, rng, vocab), steps * 4, arrivals)
+
+    stream = threading.Thread(target=generate)
+    before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
+    stream.start()
+    while len(arrivals) < 8 and stream.is_alive():
+        time.sleep(0.01)
+    httpx.post(f"{base}/start_profile", timeout=60).raise_for_status()
+    first = len(arrivals)
+    while len(arrivals) < first + steps and stream.is_alive():
+        time.sleep(0.01)
+    httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
+    held = len(arrivals) - first
+    stream.join()
+    return _newest_trace(trace_dir, before), held
+
+
+def _newest_trace(trace_dir: Path, before: set[Path]) -> dict[str, float]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         new = sorted(set(trace_dir.glob("**/*.pt.trace.json*")) - before, key=lambda p: p.stat().st_mtime)
@@ -338,10 +375,8 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
             result["profile_prefill_ms"] = _profiled(
                 base, trace_dir, lambda: time_to_first_token(client, base, longest, rng, vocab))
             result["profile_prefill_tokens"] = longest
-            steps = 64
-            result["profile_decode_ms"] = _profiled(
-                base, trace_dir, lambda: _stream(client, base, _prompt(256, rng, vocab), steps))
-            result["profile_decode_steps"] = steps
+            result["profile_decode_ms"], result["profile_decode_steps"] = _profiled_decode(
+                base, trace_dir, rng, vocab, steps=64)
         print(f"{path}: prefill {result['profile_prefill_ms']}, decode {result['profile_decode_ms']}")
     result["log"] = engine_log_facts(files["log"].read_text(errors="replace"))
     files["json"].write_text(json.dumps(result, indent=1))

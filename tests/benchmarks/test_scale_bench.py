@@ -1,0 +1,93 @@
+"""benchmarks/scale_bench.py's parts that run without a GPU: the rank's config, the tokenizer it extends for vLLM's
+multimodal processor, and the kernel categories of a profiler trace."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("scale_bench", ROOT / "benchmarks" / "scale_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load()
+
+
+def test_a_tp2_rank_halves_what_tensor_parallelism_splits_and_keeps_the_rest():
+    real = json.loads(bench.REAL_CONFIG.read_text())
+    rank = bench.rank_config(real, 2)
+    text, full = rank["text_config"], real["text_config"]
+    assert (text["num_attention_heads"], text["num_key_value_heads"]) == (12, 2)
+    assert (text["linear_num_key_heads"], text["linear_num_value_heads"]) == (8, 24)
+    assert (text["intermediate_size"], text["vocab_size"]) == (8704, 124_160)
+    for kept in ("hidden_size", "num_hidden_layers", "head_dim", "linear_key_head_dim", "layer_types"):
+        assert text[kept] == full[kept]
+    assert (rank["vision_config"]["num_heads"], rank["vision_config"]["intermediate_size"]) == (8, 2152)
+    assert real["text_config"]["num_attention_heads"] == 24  # the real config is left as it was
+    with pytest.raises(SystemExit, match="does not split over 5 ranks"):
+        bench.rank_config(real, 5)
+
+
+def _small_qwen3_5(tmp: Path) -> Path:
+    """A Qwen3.5-like tokenizer folder as the demo's: a byte-level BPE of 1020 tokens plus added special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    specials = ((0, "<|endoftext|>"), (1, "<|im_start|>"), (2, "<|im_end|>"))
+    vocab = {chr(ord("a") + i % 26) * (1 + i // 26): i for i in range(3, 1020)} | {c: i for i, c in specials}
+    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel()
+    tokenizer.decoder = decoders.ByteLevel()
+    data = json.loads(tokenizer.to_str())
+    data["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True}
+                            for i, c in (*specials, (1020, "<|vision_start|>"), (1021, "<|vision_end|>"),
+                                         (1022, "<|image_pad|>"), (1023, "<|video_pad|>"))]
+    folder = tmp / "demo"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text(json.dumps(data))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
+    (folder / "config.json").write_text(json.dumps({"image_token_id": 1022, "video_token_id": 1023,
+                                                    "vision_start_token_id": 1020, "vision_end_token_id": 1021,
+                                                    "text_config": {"eos_token_id": 2}}))
+    return folder
+
+
+def test_the_model_folder_gets_the_demo_tokenizer_with_a_token_for_every_id(tmp_path):
+    from transformers import AutoTokenizer
+
+    out = tmp_path / "rank"
+    bench.write_model(bench.REAL_CONFIG, _small_qwen3_5(tmp_path), out, "rank", 2)
+    config = json.loads((out / "config.json").read_text())
+    assert config["image_token_id"] == 1022 and config["text_config"]["eos_token_id"] == 2
+    assert "visual" in config["quantization_config"]["modules_to_not_convert"]
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    assert len(tokenizer) == 124_160
+    # the vision placeholders keep their ids (a larger vocabulary would otherwise renumber them) ...
+    assert tokenizer.convert_tokens_to_ids("<|image_pad|>") == 1022
+    # ... and any id the dummy weights may pick decodes
+    assert tokenizer.decode([124_159, 5_000]) == "fill124159fill5000"
+
+
+def test_kernel_time_is_summed_by_category_and_unknown_kernels_count_as_other(tmp_path):
+    events = [{"cat": "kernel", "name": name, "dur": dur} for name, dur in (
+        ("kernel_unified_attention", 2000), ("chunk_gated_delta_rule_fwd_kernel_h_blockdim64", 500),
+        ("merge_16x16_to_64x64_inverse_kernel", 250), ("void cutlass::device_kernel<cutlass::gemm::kernel::G>", 3000),
+        ("Marlin<256, 1, 8, 8>", 1000), ("nvjet_sm90_hsh_256x8_64x6_2x1_v_bz_TNT", 1500),
+        ("triton_red_fused_rms_norm_5", 100))]
+    events.append({"cat": "cpu_op", "name": "vllm::unified_attention_with_output", "dur": 99_999})  # not a kernel
+    trace = tmp_path / "rank0.pt.trace.json.gz"
+    with gzip.open(trace, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    assert bench.kernel_time_by_category(trace) == {"attention": 2.0, "GDN": 0.75, "AWQ GEMMs": 4.0,
+                                                    "lm_head and dense GEMMs": 1.5, "other": 0.1}
