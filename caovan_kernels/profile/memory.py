@@ -12,7 +12,8 @@ It follows how vLLM (0.2x-0.33) lays memory out for hybrid GDN models:
   attention-layer and GDN-layer counts, or the larger when it is under 1.5x the smaller; one block id holds a page
   for each layer slot of a group, so a group short of layers still costs a full group (Qwen3.6-27B with MTP: 17
   attention layers, 48 GDN layers in 3 groups of 17 slots);
-- a sequence of L tokens takes cdiv(L, block) block ids per attention group and 1+S per GDN group, and vLLM reports
+- a sequence of L tokens takes cdiv(L, block) block ids per attention group and 1+S per GDN group (2+S with prefix
+  caching on: vLLM's "align" mode keeps the last full block's state too), and vLLM reports
   "Maximum concurrency" as the pool's block ids over that count at --max-model-len, "GPU KV cache size" as that
   concurrency times --max-model-len (vllm/v1/core/kv_cache_utils.py, 0.21 to 0.26).
 Checked on an H200 with vLLM 0.21 against one TP2 rank of Qwen3.6-27B-AWQ (docs/verification.md, "Memory fit").
@@ -201,7 +202,8 @@ class CacheLayout:
         return int(self.concurrency(pool_bytes, max_model_len) * max_model_len)
 
 
-def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, ssm_dtype_bytes: int) -> CacheLayout:
+def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, ssm_dtype_bytes: int,
+                 prefix_caching: bool = False) -> CacheLayout:
     per_token_layer = kv_bytes_per_token_per_layer(m, tp, kv_dtype_bytes)
     attention = kv_layers(m, spec_tokens)  # the MTP head's attention layer has the target's spec: same group
     kv_token = attention * per_token_layer
@@ -213,8 +215,8 @@ def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, 
     block = KERNEL_BLOCK_ALIGNMENT * -(-page // unit)
     group = _group_size(attention, m.num_gdn_layers)
     gdn_groups = -(-m.num_gdn_layers // group)
-    return CacheLayout(block, kv_token, group * block * per_token_layer, -(-attention // group),
-                       gdn_groups * (1 + spec_tokens))
+    slots = 1 + spec_tokens + (1 if prefix_caching else 0)
+    return CacheLayout(block, kv_token, group * block * per_token_layer, -(-attention // group), gdn_groups * slots)
 
 
 def activation_bytes(m: ModelFacts, tp: int, max_num_batched_tokens: int) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,9 @@ MTP_MAX = 4
 MTP_MAX_POOL_MARGIN_PCT = 10  # MTP=4 only if the full context for every sequence leaves this much of the pool free
 MAX_GPU_MEMORY_UTILIZATION_PCT = 95
 FP8_NATIVE_MIN_SM = 89  # Triton's fp8e4nv (what vLLM's fp8 KV kernels use) starts at Ada
+# vLLM 0.21 does not cache prefixes of hybrid models; 0.26 does by default (GDN state in "align" mode); the releases
+# between were not read and are planned for as 0.26 (the larger state).
+HYBRID_PREFIX_CACHING_OFF_UNTIL = "0.21"
 TURING_ATTENTION_BACKEND = "TRITON_ATTN"  # the only attention vLLM offers on sm_75 (FlashInfer needs sm_80 from 0.24)
 
 
@@ -357,9 +361,10 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
 
     target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
     ssm_bytes = memory.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
+    prefix_caching = _prefix_caching(b, m)
 
     def layout(spec: int, kv_bytes: int) -> memory.CacheLayout:
-        return memory.cache_layout(m, tp, spec, kv_bytes, ssm_bytes)
+        return memory.cache_layout(m, tp, spec, kv_bytes, ssm_bytes, prefix_caching)
 
     base_spec = MTP_DEFAULT if m.has_mtp else 0
     fp16_fits = layout(base_spec, 2).bytes_for(num_seqs, target) <= pool
@@ -385,6 +390,26 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
                f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
                "model's abilities; pin the flag to serve text only")
     return f"{tp}x {gpu.name} sm{gpu.sm}"
+
+
+def _prefix_caching(b: _Builder, m: ModelFacts) -> bool:
+    """Whether the engine will cache prefixes, which for a GDN model keeps one more state slot per sequence."""
+    if not m.num_gdn_layers:
+        return False
+    user = b.pinned_flag("--enable-prefix-caching")
+    if user is not None:
+        return user.written != "--no-enable-prefix-caching"
+    version = b.abilities.version
+    on = version is None or _version(version)[:2] > _version(HYBRID_PREFIX_CACHING_OFF_UNTIL)[:2]
+    b.note("prefix caching", "on" if on else "off",
+           (f"the {b.abilities.describe()} caches prefixes of hybrid models by default: each GDN layer keeps one more "
+            "state slot per sequence (counted below); --no-enable-prefix-caching frees it" if on else
+            f"the {b.abilities.describe()} does not cache prefixes of hybrid models"))
+    return on
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def _vision_tower(b: _Builder, m: ModelFacts, tp: int) -> None:

