@@ -298,8 +298,8 @@ def _profiled_decode(base: str, trace_dir: Path, rng: random.Random, vocab: int,
     first = len(arrivals)
     while len(arrivals) < first + steps and stream.is_alive():
         time.sleep(0.01)
+    held = len(arrivals) - first  # read before stopping: the stream goes on while the trace is written
     httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
-    held = len(arrivals) - first
     stream.join()
     return _newest_trace(trace_dir, before), held
 
@@ -407,9 +407,9 @@ def engine_log_facts(log: str) -> dict:
 # ------------------------------------------------------------------------------------------------------ report
 
 def report(out_dir: Path) -> None:
-    results = {p: json.loads((out_dir / f"{p}.json").read_text()) for p in PATHS if (out_dir / f"{p}.json").exists()}
-    fits = [json.loads(f.read_text()) for f in sorted(out_dir.glob("*.json")) if f.stem not in results
-            and not f.name.endswith(".engine.json")]
+    runs = [json.loads(f.read_text()) for f in sorted(out_dir.glob("*.json")) if not f.name.endswith(".engine.json")]
+    results = {r["run"]: r for r in runs if "ttft_s" in r}  # measured runs; the others are memory fits
+    fits = [r for r in runs if "ttft_s" not in r]
     if not results and not fits:
         raise SystemExit(f"no results in {out_dir}")
     lengths = sorted({int(k) for r in results.values() for k in r["ttft_s"]})
@@ -427,7 +427,7 @@ def report(out_dir: Path) -> None:
         rows = {p: r.get(f"profile_{kind}_ms") for p, r in results.items() if r.get(f"profile_{kind}_ms")}
         if not rows:
             continue
-        per = {p: (results[p]["profile_decode_steps"] if kind == "decode" else 1) for p in rows}
+        per = {p: max(1, results[p]["profile_decode_steps"]) if kind == "decode" else 1 for p in rows}
         labels = [label for label, _ in CATEGORIES] + ["other"]
         print(f"\nGPU kernel time per {'step' if kind == 'decode' else 'request'}, {kind} (ms, share):")
         print("| path | " + " | ".join(labels) + " | total |")

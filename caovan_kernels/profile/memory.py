@@ -109,7 +109,8 @@ class WeightBytes:
         return self.quantized_linear + self.unquantized_linear + self.embeddings + self.other
 
 
-def weight_bytes_per_gpu(m: ModelFacts, tp: int) -> WeightBytes:
+def weight_bytes_per_gpu(m: ModelFacts, tp: int, vision: bool = True) -> WeightBytes:
+    """Weights per GPU; `vision=False` leaves the vision tower out (served text only: vLLM does not load it)."""
     linears: list[Linear] = []
     for i, kind in enumerate(m.layer_types):
         linears += _decoder_linears(m, tp, f"model.layers.{i}", kind, i)
@@ -129,7 +130,7 @@ def weight_bytes_per_gpu(m: ModelFacts, tp: int) -> WeightBytes:
     other = m.num_gdn_layers * (m.gdn_conv_dim // tp) * m.gdn_conv_kernel * ENGINE_DTYPE_BYTES
     if m.num_experts:
         other += len(m.layer_types) * m.hidden_size * m.num_experts * ENGINE_DTYPE_BYTES
-    if m.vision is not None:
+    if m.vision is not None and vision:
         other += vision_params(m) * ENGINE_DTYPE_BYTES // tp
     return WeightBytes(quantized, unquantized, embeddings, other)
 
@@ -173,7 +174,7 @@ class CacheLayout:
     kv_bytes_per_token: int  # all KV layers on one rank
     block_bytes: int  # one block id: a page (block_tokens of one layer) for each slot of a group
     attention_groups: int
-    gdn_blocks_per_seq: int  # block ids one sequence's GDN state takes: GDN groups x (1+S) slots
+    gdn_blocks_per_seq: int  # block ids one sequence's GDN state takes: GDN groups x (1+S, or 2+S cached) slots
 
     @property
     def gdn_state_bytes_per_seq(self) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from caovan_kernels.contract import (
@@ -16,7 +16,7 @@ from caovan_kernels.contract import (
     SAMPLING_DECISION,
     SLEEP_MODE_FLAG,
 )
-from caovan_kernels.errors import ProfileError
+from caovan_kernels.errors import ProfileError, ProxyConfigError
 from caovan_kernels.turing import proxy
 
 from . import memory
@@ -308,10 +308,20 @@ def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
     return gpu.total_bytes * pct // 100
 
 
+TURING = (7, 5)
+
+
+def _on_turing_proxy() -> bool:
+    try:
+        return proxy.requested() is not None
+    except ProxyConfigError as exc:
+        raise ProfileError(str(exc)) from None
+
+
 def _turing_proxy_backends(b: _Builder, m: ModelFacts) -> None:
     """On the Turing proxy vLLM still picks its backends from the real GPU (FlashAttention on an H100, for the
     target and, chosen separately, the MTP drafter): pin what a 2080 Ti gets, so the proxy runs its code path."""
-    if proxy.requested() is None:
+    if not _on_turing_proxy():
         return
     reason = f"{proxy.ENV} is set: vLLM reads the real GPU, a 2080 Ti gets {TURING_ATTENTION_BACKEND} only"
     b.decide("attention backend", "--attention-backend", TURING_ATTENTION_BACKEND, reason)
@@ -326,17 +336,19 @@ def _turing_proxy_backends(b: _Builder, m: ModelFacts) -> None:
             b.note("drafter attention backend", "not set", f"{reason}; add \"attention_backend\":"
                    f"\"{TURING_ATTENTION_BACKEND}\" to your --speculative-config for the drafter to run so too")
     else:
-        b.draft_attention_backend = TURING_ATTENTION_BACKEND
-        b.note("drafter attention backend", TURING_ATTENTION_BACKEND,
-               f"{reason}; set in the speculative config (the drafter chooses its backend separately)")
+        b.draft_attention_backend = TURING_ATTENTION_BACKEND  # said once AutoSpec writes a speculative config
 
 
 def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     gpus = _usable_gpus(b, inventory)
     gpu = min(gpus, key=lambda g: g.free_bytes)
     _turing_proxy_backends(b, m)
+    if _on_turing_proxy():  # dtype and KV cache as on a 2080 Ti (no bf16, no fp8 KV), memory as this GPU has it
+        gpu = replace(gpu, capability=TURING)
+        gpus = [replace(g, capability=TURING) for g in gpus]
     tp = _parallel_layout(b, m, gpus, gpu)
-    weights = memory.weight_bytes_per_gpu(m, tp)
+    text_only = b.pinned_flag("--language-model-only") is not None
+    weights = memory.weight_bytes_per_gpu(m, tp, vision=not text_only)
     budget = _auto_mem(b, gpu, measured=inventory.source == "nvml")
     num_seqs = int(b.pinned.value("--max-num-seqs") or DEFAULT_MAX_NUM_SEQS)
     b.decide("max-num-seqs", "--max-num-seqs", DEFAULT_MAX_NUM_SEQS, "sequences served at once; each holds its own "
@@ -371,6 +383,9 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     kv_dtype = _kv_dtype(b, gpu, fp16_fits)
     kv_bytes = memory.DTYPE_BYTES.get(kv_dtype, 2)
     spec = _auto_spec(b, m, pool, num_seqs, target, lambda s: layout(s, kv_bytes))
+    if spec and b.draft_attention_backend:
+        b.note("drafter attention backend", b.draft_attention_backend, f"{proxy.ENV} is set: vLLM reads the real GPU "
+               "and chooses the MTP drafter's backend separately; set in the speculative config")
     chosen = layout(spec, kv_bytes)
     fit = chosen.max_model_len(pool, num_seqs)
     b.memory.update(kv_bytes_per_token=chosen.kv_bytes_per_token, block_tokens=chosen.block_tokens,
@@ -386,9 +401,13 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     if m.vision is not None and b.abilities.accepts("--language-model-only"):
         vision = memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp
         freed = vision // chosen.block_bytes * chosen.block_tokens // chosen.attention_groups
-        b.note("text only", "not set", f"--language-model-only would not build the vision tower: about "
-               f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
-               "model's abilities; pin the flag to serve text only")
+        if text_only:
+            b.note("text only", "pinned by user", f"the vision tower is not loaded: about {_gib(vision)} per GPU "
+                   "left out of the weights above; images are refused")
+        else:
+            b.note("text only", "not set", f"--language-model-only would not build the vision tower: about "
+                   f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
+                   "model's abilities; pin the flag to serve text only")
     return f"{tp}x {gpu.name} sm{gpu.sm}"
 
 
@@ -420,12 +439,21 @@ def _vision_tower(b: _Builder, m: ModelFacts, tp: int) -> None:
            "estimated from vision_config and counted in the weights")
     q = m.quantization
     width = m.vision.intermediate_size // tp
-    if q is None or q.group_size <= 0 or not q.converts("visual.blocks.0.mlp.linear_fc2") or not width % q.group_size:
+    if q is None or q.group_size <= 0 or not width % q.group_size:
+        return
+    if not q.modules_not_converted:  # vLLM then reads which layers are unquantized from the checkpoint itself
+        b.note("vision tower quantization", "from the checkpoint", "modules_to_not_convert is empty: vLLM reads "
+               "the unquantized layers from the checkpoint; if it fails with \"input size is not aligned with the "
+               "quantized weight shape\", add \"visual\" to modules_to_not_convert in config.json")
+        return
+    # vLLM renames the entries as it renames the checkpoint's tensors (model.visual. -> visual.) before matching
+    skipped = [entry.replace("model.visual.", "visual.", 1) for entry in q.modules_not_converted]
+    if any(entry in "visual.blocks.0.mlp.linear_fc2" for entry in skipped):
         return
     raise ProfileError(
-        f"{m.path}/config.json: quantization_config ({q.method}) covers the vision tower (modules_to_not_convert has "
-        f"no \"visual\"), and its MLP ({m.vision.intermediate_size} wide, {width} per GPU) is not a whole number of "
-        f"{q.group_size}-wide groups: vLLM cannot build it (\"input size is not aligned with the quantized weight "
+        f"{m.path}/config.json: quantization_config ({q.method}) covers the vision tower (no modules_to_not_convert "
+        f"entry matches its layers, named visual.blocks.N...), and its MLP ({m.vision.intermediate_size} wide, "
+        f"{width} per GPU) is not a whole number of {q.group_size}-wide groups: vLLM cannot build it (\"input size is not aligned with the quantized weight "
         "shape\"), with or without --language-model-only, which still builds the tower's layers. Quantized "
         "checkpoints normally keep the tower in 16 bit: if no visual.* tensor of the checkpoint is a qweight, add "
         "\"visual\" to quantization_config.modules_to_not_convert in config.json")

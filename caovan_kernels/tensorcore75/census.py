@@ -27,6 +27,7 @@ class Counts:
     retargeted: int = 0
     kept: Counter = field(default_factory=Counter)
     by_kernel: dict[str, str] = field(default_factory=dict)  # kernel name -> last decision ("mma:fp16", ...)
+    retargeted_names: set[str] = field(default_factory=set)  # every kernel name retargeted at least once
 
     @property
     def total(self) -> int:
@@ -78,6 +79,7 @@ class Census:
         with self._lock:
             if retargeted:
                 self._counts.retargeted += 1
+                self._counts.retargeted_names.add(str(metadata.get("name", "?")))
             else:
                 self._counts.kept[reason] += 1
             self._counts.by_kernel[str(metadata.get("name", "?"))] = decision
@@ -99,12 +101,11 @@ class Census:
                 return
             self._summarised_total = counts.total
             lines = [contract.tensorcore75_count_line(counts.retargeted, dict(counts.kept)),
-                     contract.tensorcore75_retargeted_line(
-                         sorted(name for name, decision in counts.by_kernel.items()
-                                if parse_decision(decision)[0]))]
+                     contract.tensorcore75_retargeted_line(sorted(counts.retargeted_names))]
         for line in lines:
             self._log(line)
 
     def snapshot(self) -> Counts:
         with self._lock:
-            return Counts(self._counts.retargeted, Counter(self._counts.kept), dict(self._counts.by_kernel))
+            return Counts(self._counts.retargeted, Counter(self._counts.kept), dict(self._counts.by_kernel),
+                          set(self._counts.retargeted_names))

