@@ -454,9 +454,10 @@ def _vision_tower(b: _Builder, m: ModelFacts, tp: int) -> None:
         f"{m.path}/config.json: quantization_config ({q.method}) covers the vision tower (no modules_to_not_convert "
         f"entry matches its layers, named visual.blocks.N...), and its MLP ({m.vision.intermediate_size} wide, "
         f"{width} per GPU) is not a whole number of {q.group_size}-wide groups: vLLM cannot build it (\"input size "
-        "is not aligned with the quantized weight shape\"), with or without --language-model-only, which still builds the tower's layers. Quantized "
-        "checkpoints normally keep the tower in 16 bit: if no visual.* tensor of the checkpoint is a qweight, add "
-        "\"visual\" to quantization_config.modules_to_not_convert in config.json")
+        "is not aligned with the quantized weight shape\"), with or without --language-model-only, which still "
+        "builds the tower's layers. Quantized checkpoints normally keep the tower in 16 bit: if no visual.* tensor "
+        "of the checkpoint is a qweight, add \"visual\" to quantization_config.modules_to_not_convert in "
+        "config.json")
 
 
 def _auto_spec(b: _Builder, m: ModelFacts, pool: int, num_seqs: int, target: int, layout) -> int:
