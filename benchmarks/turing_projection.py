@@ -1,0 +1,124 @@
+"""A projection, not a measurement: Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (TP2, MTP=3), from the model's shapes and
+stated hardware rates. No 2080 Ti is reachable here; every figure this prints follows from the assumptions it prints
+with it, and a measured ratio (the Turing proxy, docs/benchmarks.md) outranks it wherever both exist.
+
+    python benchmarks/turing_projection.py [--config CFG] [--context 4096] [--prompts 4096,16384,32768]
+
+Decode is counted in bytes (a 2080 Ti decodes at the speed of its memory), prefill in flops, and both pay the
+all-reduces tensor parallelism needs after each attention/GDN block and each MLP, over PCIe without NVLink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from caovan_kernels.profile import load_model_facts, memory
+
+REAL_CONFIG = Path(__file__).resolve().parent / "models" / "qwen3_6_27b_awq.json"
+
+
+@dataclass(frozen=True)
+class Turing:
+    """The assumptions. Rates: DESIGN.md's 2080 Ti facts; efficiencies and PCIe: assumed, stated here."""
+
+    bandwidth: float = 616e9  # B/s, GDDR6
+    bandwidth_efficiency: float = 0.75  # assumed: what weight-streaming GEMV/Marlin kernels reach
+    mma_fp16: float = 53.8e12  # flop/s, tensor cores, fp16 in, fp32 accumulate (GeForce rate)
+    fma_fp32: float = 13.4e12  # flop/s, CUDA cores
+    gemm_efficiency: float = 0.6  # assumed: Marlin's AWQ GEMMs in prefill
+    attention_mma_efficiency: float = 0.35  # assumed: Triton attention on m16n8k8 (TensorCore75)
+    attention_fma_efficiency: float = 0.5  # assumed: Triton attention with FMA dots (stock Triton 3.4+)
+    gdn_fma_efficiency: float = 0.3  # assumed: chunked GDN prefill, fp32 dots on CUDA cores either way
+    allreduce_latency_s: float = 30e-6  # assumed: one NCCL all-reduce of a small message, 2 GPUs over PCIe
+    allreduce_bandwidth: float = 6e9  # assumed B/s: PCIe 3.0 x16 without P2P (through host memory)
+
+
+def _model(config: Path):
+    folder = Path(tempfile.mkdtemp())
+    shutil.copy(config, folder / "config.json")
+    try:
+        return load_model_facts(folder)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _allreduce_s(hw: Turing, tokens: int, hidden: int) -> float:
+    return hw.allreduce_latency_s + tokens * hidden * 2 / hw.allreduce_bandwidth
+
+
+def decode_step(m, hw: Turing, tp: int, spec: int, context: int) -> dict[str, float]:
+    """Bytes one rank reads in one MTP decode step (the target over 1+S tokens, S drafter passes) and its time."""
+    weights = memory.weight_bytes_per_gpu(m, tp, vision=False)
+    mtp_share = 1 / (len(m.layer_types) + 1)  # the MTP decoder layer's part of the linears, one layer in 65
+    linears = weights.quantized_linear + weights.unquantized_linear
+    lm_head = m.vocab_size // tp * m.hidden_size * memory.ENGINE_DTYPE_BYTES
+    kv_layer_token = memory.kv_bytes_per_token_per_layer(m, tp, 2)
+    gdn_state = memory.gdn_state_page_bytes(m, tp, spec, 4)
+    parts = {
+        "target linears (AWQ)": linears * (1 - mtp_share),
+        "drafter layer x S": linears * mtp_share * spec,
+        "lm_head x (1+S)": lm_head * (1 + spec),
+        "KV cache": kv_layer_token * context * (m.num_attention_layers + spec),
+        "GDN state (read 1, write 1+S)": gdn_state * m.num_gdn_layers * (2 + spec),
+    }
+    total = sum(parts.values())
+    allreduces = 2 * len(m.layer_types) * _allreduce_s(hw, 1 + spec, m.hidden_size) \
+        + 2 * spec * _allreduce_s(hw, 1, m.hidden_size)
+    return {**{f"{k} (GB)": v / 1e9 for k, v in parts.items()}, "bytes (GB)": total / 1e9,
+            "memory time (ms)": total / (hw.bandwidth * hw.bandwidth_efficiency) * 1e3,
+            "all-reduces (ms)": allreduces * 1e3}
+
+
+def prefill(m, hw: Turing, tp: int, tokens: int, attention_rate: float, chunk: int = 2048) -> dict[str, float]:
+    """Seconds for one rank to prefill `tokens`: AWQ GEMMs, causal attention, chunked GDN, all-reduces per chunk."""
+    weights = memory.weight_bytes_per_gpu(m, tp, vision=False)
+    params = (weights.quantized_linear / 0.51953125 if m.quantization else 0) + weights.unquantized_linear / 2
+    gemm = 2 * params * tokens / (hw.mma_fp16 * hw.gemm_efficiency)
+    heads = m.num_attention_heads // tp
+    attention = m.num_attention_layers * 2 * 2 * heads * m.head_dim * tokens * tokens / 2 / attention_rate
+    hv, k, v, c = m.gdn_value_heads // tp, m.gdn_key_head_dim, m.gdn_value_head_dim, 64
+    gdn_flops = m.num_gdn_layers * tokens * hv * 2 * (c * (k + v) + 4 * k * v)  # intra-chunk + state, per token
+    gdn = gdn_flops / (hw.fma_fp32 * hw.gdn_fma_efficiency)
+    chunks = -(-tokens // chunk)
+    allreduce = chunks * 2 * len(m.layer_types) * _allreduce_s(hw, min(chunk, tokens), m.hidden_size)
+    return {"GEMMs (s)": gemm, "attention (s)": attention, "GDN (s)": gdn, "all-reduces (s)": allreduce,
+            "TTFT (s)": gemm + attention + gdn + allreduce}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=REAL_CONFIG)
+    parser.add_argument("--context", type=int, default=4096, help="tokens in context during decode")
+    parser.add_argument("--prompts", default="4096,16384,32768")
+    parser.add_argument("--tp", type=int, default=2)
+    parser.add_argument("--mtp", type=int, default=3)
+    a = parser.parse_args()
+    m, hw = _model(a.config), Turing()
+    print("PROJECTION for 2x RTX 2080 Ti 22G (not measured). Assumptions:")
+    print(json.dumps(hw.__dict__, indent=1))
+    step = decode_step(m, hw, a.tp, a.mtp, a.context)
+    step_ms = step["memory time (ms)"] + step["all-reduces (ms)"]
+    print(f"\nDecode step, MTP={a.mtp}, {a.context} tokens of context, per rank:")
+    for key, value in step.items():
+        print(f"  {key}: {value:.3f}")
+    print(f"  step: {step_ms:.1f} ms; tokens/s at a mean of 2.0 / 2.5 / 3.0 tokens per step (acceptance is not "
+          f"measurable without real weights): " + " / ".join(f"{t * 1000 / step_ms:.0f}" for t in (2.0, 2.5, 3.0)))
+    print("\nTime to first token (one request), stock Triton (FMA attention) vs TensorCore75 (mma attention):")
+    print("| prompt | GEMMs (s) | GDN (s) | all-reduces (s) | attention FMA (s) | TTFT FMA (s) | attention mma (s) "
+          "| TTFT mma (s) | ratio |")
+    print("| --- " * 9 + "|")
+    for tokens in (int(x) for x in a.prompts.split(",")):
+        fma = prefill(m, hw, a.tp, tokens, hw.fma_fp32 * hw.attention_fma_efficiency)
+        mma = prefill(m, hw, a.tp, tokens, hw.mma_fp16 * hw.attention_mma_efficiency)
+        print(f"| {tokens} | {fma['GEMMs (s)']:.2f} | {fma['GDN (s)']:.2f} | {fma['all-reduces (s)']:.2f} | "
+              f"{fma['attention (s)']:.2f} | {fma['TTFT (s)']:.2f} | {mma['attention (s)']:.2f} | "
+              f"{mma['TTFT (s)']:.2f} | {fma['TTFT (s)'] / mma['TTFT (s)']:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
