@@ -2,7 +2,8 @@
 
     python benchmarks/gdn_bench.py [--out FILE] [--quick] [--sweep] [--decode-only] [--path mma] [--sms 68]
 
-fla-core is imported as `fla` and vLLM's kernels as `vllm.model_executor.layers.fla.ops` when importable
+fla-core is imported as `fla` and vLLM's kernels from its fla copy (`vllm.model_executor.layers.fla.ops` in 0.21,
+`vllm.third_party.flash_linear_attention.ops` later; lab/vllm_kernels.py finds it) when importable
 (neither is a dependency: put them on PYTHONPATH for the run); a missing peer is reported, not faked.
 Shapes are Qwen3.6-27B's GDN layer at TP1 (H=16, HV=48) and TP2 (H=8, HV=24), K=V=128, fp16.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib
 import itertools
 import statistics
 import sys
@@ -39,7 +41,7 @@ from caovan_kernels.gdn import (  # noqa: E402
 )
 from caovan_kernels.gdn.plan import PrefillBlocks, launchable, prefill_plan  # noqa: E402
 from caovan_kernels.tensorcore75 import retargets_fp16_dots  # noqa: E402
-from lab import sm_limit, turing_paths  # noqa: E402
+from lab import sm_limit, turing_paths, vllm_kernels  # noqa: E402
 
 TP = {"TP1": (16, 48), "TP2": (8, 24)}
 DECODE_BATCHES = (1, 2, 64)
@@ -52,7 +54,7 @@ def _peer(name: str) -> object | None:
         if name == "fla":
             import fla.ops.gated_delta_rule as mod
         else:
-            import vllm.model_executor.layers.fla.ops as mod
+            mod = vllm_kernels.gdn_ops()
         return mod
     except Exception as exc:  # a peer that does not import is reported as missing
         print(f"[peer {name} unavailable: {exc!r}]")
@@ -141,9 +143,7 @@ def prefill_case(H: int, HV: int, lens: list[int], blocks: object | None = None)
         )
     vl = _peer("vllm")
     if vl is not None:
-        from vllm.model_executor.layers.fla.ops.index import (
-            prepare_chunk_indices as vllm_chunks,
-        )
+        vllm_chunks = importlib.import_module(f"{vl.__name__}.index").prepare_chunk_indices
 
         cu64 = cu.long()
         ci_v = vllm_chunks(cu64, 64)

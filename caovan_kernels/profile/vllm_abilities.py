@@ -24,7 +24,7 @@ from caovan_kernels.contract import cache_dir
 
 # Facts read from vLLM releases, used only when the installed vLLM cannot be inspected.
 VERSION_TABLE_DEPRECATED: dict[str, str] = {"--mamba-cache-mode": "0.33"}
-VERSION_TABLE_FP8_KV_MIN_SM: tuple[str, int] = ("0.33", 89)
+VERSION_TABLE_FP8_KV_MIN_SM: tuple[str, int] = ("0.26", 89)  # seen in 0.26 and 0.33; not in 0.21
 VERSION_TABLE_DRAFT_ATTENTION_BACKEND = "0.21"  # SpeculativeConfig.attention_backend, seen in 0.21.0
 
 # Where `make_arg_parser` (frontend + engine arguments of `vllm serve`) has lived.
