@@ -43,7 +43,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -54,6 +53,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.engine import group_alive, stop_group  # noqa: E402
+
 REAL_CONFIG = ROOT / "benchmarks" / "models" / "qwen3_6_27b_awq.json"
 PATHS = ("native", "proxy-stock", "proxy-caovan")
 SERVED = "rank"
@@ -191,23 +194,8 @@ def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, 
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
-def _alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 def stop(path: str, out_dir: Path) -> None:
-    pid = json.loads(_files(out_dir, path)["engine.json"].read_text())["pid"]
-    if _alive(pid):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    if _alive(pid):
-        os.killpg(pid, signal.SIGKILL)
+    stop_group(json.loads(_files(out_dir, path)["engine.json"].read_text())["pid"])
     print(f"{path}: stopped")
 
 
@@ -219,7 +207,7 @@ def _wait_ready(path: str, out_dir: Path, timeout_s: float) -> tuple[str, float]
     base = f"http://127.0.0.1:{meta['port']}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not _alive(meta["pid"]):
+        if not group_alive(meta["pid"]):
             raise SystemExit(f"{path}: the engine exited; log tail:\n{files['log'].read_text()[-4000:]}")
         try:
             if httpx.get(f"{base}/health", timeout=2).status_code == 200:
@@ -292,11 +280,11 @@ def _profiled_decode(base: str, trace_dir: Path, rng: random.Random, vocab: int,
     stream = threading.Thread(target=generate)
     before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
     stream.start()
-    while len(arrivals) < 8 and stream.is_alive():
+    while len(arrivals) < 8 and stream.isgroup_alive():
         time.sleep(0.01)
     httpx.post(f"{base}/start_profile", timeout=60).raise_for_status()
     first = len(arrivals)
-    while len(arrivals) < first + steps and stream.is_alive():
+    while len(arrivals) < first + steps and stream.isgroup_alive():
         time.sleep(0.01)
     held = len(arrivals) - first  # read before stopping: the stream goes on while the trace is written
     httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
@@ -338,7 +326,7 @@ def memory(path: str, out_dir: Path, timeout_s: float) -> None:
     facts = {}
     while time.monotonic() < deadline:
         facts = engine_log_facts(files["log"].read_text(errors="replace"))
-        if facts["max_concurrency"] or not _alive(meta["pid"]):
+        if facts["max_concurrency"] or not group_alive(meta["pid"]):
             break
         time.sleep(2)
     stop(path, out_dir)

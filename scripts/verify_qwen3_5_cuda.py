@@ -48,7 +48,7 @@ from caovan_kernels.profile.gpus import parse_inventory  # noqa: E402
 from caovan_kernels.profile.planner import build_profile  # noqa: E402
 from caovan_kernels.vllm import require_registered  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_via  # noqa: E402
-from tests.support.engine import _group_alive, free_port  # noqa: E402
+from tests.support.engine import free_port, group_alive  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
 
 MAX_TOKENS = 128
@@ -117,12 +117,12 @@ def _engine_log(state: Path) -> str:
 
 def _stop(pid: int) -> bool:
     """Ctrl-C the daemon's group; True when nothing of it was left to kill."""
-    if _group_alive(pid):
+    if group_alive(pid):
         os.killpg(pid, signal.SIGINT)
     deadline = time.monotonic() + 120
-    while _group_alive(pid) and time.monotonic() < deadline:
+    while group_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if not _group_alive(pid):
+    if not group_alive(pid):
         return True
     os.killpg(pid, signal.SIGKILL)
     return False
@@ -139,7 +139,7 @@ def serve(run: str, out_dir: Path, timeout_s: float) -> int:
             status = httpx.get(f"{url}/status", timeout=5).json()
         except httpx.HTTPError:
             status = {}
-        if status.get("state") in ("ready", "failed") or not _group_alive(meta["pid"]):
+        if status.get("state") in ("ready", "failed") or not group_alive(meta["pid"]):
             break
         time.sleep(2)
     result: dict = {"run": run, "status_at_ready": status, "ready_after_s": time.time() - meta["started"]}
@@ -184,7 +184,7 @@ def serve_ready(out_dir: Path, for_s: float) -> int:
         while pending and time.monotonic() < deadline:
             for run in sorted(pending):
                 meta = json.loads(_files(out_dir, run)["meta"].read_text())
-                if not _group_alive(meta["pid"]) or _status_state(meta["port"]) in ("ready", "failed"):
+                if not group_alive(meta["pid"]) or _status_state(meta["port"]) in ("ready", "failed"):
                     codes[run] = pool.submit(serve, run, out_dir, 30)
                     pending.discard(run)
             time.sleep(3)

@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from caovan_kernels import contract  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_run  # noqa: E402
-from tests.support.engine import Engine, _group_alive, free_port  # noqa: E402
+from tests.support.engine import Engine, free_port, group_alive, stop_group  # noqa: E402
 from tests.support.prompts import EVAL_PROMPTS  # noqa: E402
 
 MAX_TOKENS = 128
@@ -74,16 +73,6 @@ def start(name: str, model: Path, out_dir: Path) -> None:
     print(f"{name}: engine pid {process.pid} on port {port}, log {files['log']}")
 
 
-def _stop(pid: int) -> None:
-    if _group_alive(pid):
-        os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 30
-    while _group_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    if _group_alive(pid):
-        os.killpg(pid, signal.SIGKILL)
-
-
 def _long_prompt_ttft(base_url: str) -> list[float]:
     """Seconds to the first streamed token of a LONG_PROMPT_TOKENS-token prompt (token ids: no tokenizer guesswork)."""
     ids = [(i * 7919) % 200 + 10 for i in range(LONG_PROMPT_TOKENS)]
@@ -110,7 +99,7 @@ def serve(name: str, out_dir: Path, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     ready = None
     while time.monotonic() < deadline:
-        if not _group_alive(meta["pid"]):
+        if not group_alive(meta["pid"]):
             print(f"{name}: the engine exited before it was ready; log tail:\n{files['log'].read_text()[-3000:]}")
             return 1
         try:
@@ -129,7 +118,7 @@ def serve(name: str, out_dir: Path, timeout_s: float) -> int:
         result = greedy_run(engine, contract.EMBEDDED_SERVED_MODEL_NAME, EVAL_PROMPTS, MAX_TOKENS)
         ttft = _long_prompt_ttft(base_url)
     finally:
-        _stop(meta["pid"])
+        stop_group(meta["pid"])
     import torch
     import triton
     import vllm

@@ -76,7 +76,7 @@ def start_engine(model_dir: Path, args: list[str], env: dict[str, str], log_path
     raise TimeoutError(f"engine not ready after {timeout_s} s; log tail:\n" + engine.log_text()[-4000:])
 
 
-def _group_alive(pgid: int) -> bool:
+def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
         return True
@@ -84,20 +84,32 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
+def stop_group(pgid: int, grace_s: float = 30) -> None:
+    """SIGTERM a process group, SIGKILL what is left after grace_s: for an engine another command started (so no
+    Popen to wait on), as the GPU scripts' engines that outlive the command that started them."""
+    if group_alive(pgid):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    if group_alive(pgid):
+        os.killpg(pgid, signal.SIGKILL)
+
+
 def stop_engine(engine: Engine, grace_s: float = 20) -> None:
     """SIGTERM the whole group, then SIGKILL what is left: vLLM's EngineCore outlives a killed API server."""
     pgid = engine.process.pid
-    if _group_alive(pgid):
+    if group_alive(pgid):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while group_alive(pgid) and time.monotonic() < deadline:
         engine.process.poll()
         time.sleep(0.2)
-    if _group_alive(pgid):
+    if group_alive(pgid):
         os.killpg(pgid, signal.SIGKILL)
     engine.process.wait(timeout=10)
     deadline = time.monotonic() + 10
-    while _group_alive(pgid) and time.monotonic() < deadline:
+    while group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.2)
-    if _group_alive(pgid):
+    if group_alive(pgid):
         raise RuntimeError(f"processes of engine group {pgid} survived SIGKILL")
