@@ -207,7 +207,7 @@ def cache_layout(m: ModelFacts, tp: int, spec_tokens: int, kv_dtype_bytes: int, 
                  prefix_caching: bool = False) -> CacheLayout:
     per_token_layer = kv_bytes_per_token_per_layer(m, tp, kv_dtype_bytes)
     attention = kv_layers(m, spec_tokens)  # the MTP head's attention layer has the target's spec: same group
-    kv_token = attention * per_token_layer
+    kv_token = kv_bytes_per_token(m, tp, kv_dtype_bytes, spec_tokens)
     if not m.num_gdn_layers:
         return CacheLayout(KERNEL_BLOCK_ALIGNMENT, kv_token, attention * KERNEL_BLOCK_ALIGNMENT * per_token_layer,
                            1, 0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from .gpus import GIB, MIB, GpuInfo, Inventory, detect_gpus, parse_inventory
 from .launch_profile import Decision, LaunchProfile
 from .model import ModelFacts, load_model_facts
 from .user_args import PinnedArgs, UserFlag, canonical_flag, read_pinned
-from .vllm_abilities import VllmAbilities, detect_vllm
+from .vllm_abilities import VllmAbilities, detect_vllm, version_tuple
 
 DEFAULT_MAX_NUM_SEQS = 4  # a few concurrent chats on a home server; pin --max-num-seqs for more
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # prefill chunk; bounds the activation peak AutoMem counts
@@ -321,8 +320,6 @@ def _on_turing_proxy() -> bool:
 def _turing_proxy_backends(b: _Builder, m: ModelFacts) -> None:
     """On the Turing proxy vLLM still picks its backends from the real GPU (FlashAttention on an H100, for the
     target and, chosen separately, the MTP drafter): pin what a 2080 Ti gets, so the proxy runs its code path."""
-    if not _on_turing_proxy():
-        return
     reason = f"{proxy.ENV} is set: vLLM reads the real GPU, a 2080 Ti gets {TURING_ATTENTION_BACKEND} only"
     b.decide("attention backend", "--attention-backend", TURING_ATTENTION_BACKEND, reason)
     if not m.has_mtp:
@@ -342,8 +339,8 @@ def _turing_proxy_backends(b: _Builder, m: ModelFacts) -> None:
 def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     gpus = _usable_gpus(b, inventory)
     gpu = min(gpus, key=lambda g: g.free_bytes)
-    _turing_proxy_backends(b, m)
     if _on_turing_proxy():  # dtype and KV cache as on a 2080 Ti (no bf16, no fp8 KV), memory as this GPU has it
+        _turing_proxy_backends(b, m)
         gpu = replace(gpu, capability=TURING)
         gpus = [replace(g, capability=TURING) for g in gpus]
     tp = _parallel_layout(b, m, gpus, gpu)
@@ -369,7 +366,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     b.note("AutoMem budget", _gib(pool), f"per GPU: budget {_gib(budget)} - weights {_gib(weights.total)} - "
            f"activations {_gib(activations)} ({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load "
            f"and CUDA graphs = {_gib(pool)} for KV cache and GDN state")
-    _vision_tower(b, m, tp)
+    _vision_tower(b, m, tp, text_only)
 
     target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
     ssm_bytes = memory.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
@@ -419,7 +416,7 @@ def _prefix_caching(b: _Builder, m: ModelFacts) -> bool:
     if user is not None:
         return user.written != "--no-enable-prefix-caching"
     version = b.abilities.version
-    on = version is None or _version(version)[:2] > _version(HYBRID_PREFIX_CACHING_OFF_UNTIL)[:2]
+    on = version is None or version_tuple(version)[:2] > version_tuple(HYBRID_PREFIX_CACHING_OFF_UNTIL)[:2]
     b.note("prefix caching", "on" if on else "off",
            (f"the {b.abilities.describe()} caches prefixes of hybrid models by default: each GDN layer keeps one more "
             "state slot per sequence (counted below); --no-enable-prefix-caching frees it" if on else
@@ -427,16 +424,13 @@ def _prefix_caching(b: _Builder, m: ModelFacts) -> bool:
     return on
 
 
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
-
-
-def _vision_tower(b: _Builder, m: ModelFacts, tp: int) -> None:
+def _vision_tower(b: _Builder, m: ModelFacts, tp: int, text_only: bool) -> None:
     """Count the tower, and refuse a quantization config vLLM cannot build it with (before vLLM fails obscurely)."""
     if m.vision is None:
         return
     b.note("vision tower", f"{_gib(memory.vision_params(m) * memory.ENGINE_DTYPE_BYTES // tp)} per GPU",
-           "estimated from vision_config and counted in the weights")
+           "estimated from vision_config and " + ("left out: served text only" if text_only
+                                                  else "counted in the weights"))
     q = m.quantization
     width = m.vision.intermediate_size // tp
     if q is None or q.group_size <= 0 or not width % q.group_size:

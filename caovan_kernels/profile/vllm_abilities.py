@@ -59,19 +59,19 @@ class VllmAbilities:
         return f"installed {self.distribution} {self.version}"
 
 
-def _version_tuple(version: str) -> tuple[int, ...]:
+def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
 
 
 def from_version_table(version: str, reason: str) -> VllmAbilities:
     """Abilities of a vLLM that cannot be inspected (not installed here): planning from known release facts."""
-    v = _version_tuple(version)
-    deprecated = frozenset(f for f, since in VERSION_TABLE_DEPRECATED.items() if v >= _version_tuple(since))
+    v = version_tuple(version)
+    deprecated = frozenset(f for f, since in VERSION_TABLE_DEPRECATED.items() if v >= version_tuple(since))
     since, min_sm = VERSION_TABLE_FP8_KV_MIN_SM
     return VllmAbilities(
         version=version, distribution=None, options=None, deprecated=deprecated, serve_parser=False,
-        fp8_kv_min_sm=min_sm if v >= _version_tuple(since) else None,
-        draft_attention_backend=v >= _version_tuple(VERSION_TABLE_DRAFT_ATTENTION_BACKEND),
+        fp8_kv_min_sm=min_sm if v >= version_tuple(since) else None,
+        draft_attention_backend=v >= version_tuple(VERSION_TABLE_DRAFT_ATTENTION_BACKEND),
         source=f"version table for vLLM {version} ({reason})",
         fp8_source=f"version table: vLLM >= {since} refuses fp8 KV with TRITON_ATTN below SM{min_sm}")
 
