@@ -65,6 +65,7 @@ TENSORCORE75 = "[Caovan TensorCore75]"
 CAOVAN_MODES = ("auto", "off", "force")
 TENSORCORE75_MODES = CAOVAN_MODES
 TURING_PROXY = "[Caovan Turing proxy]"
+DRAFT_VOCAB = "[Caovan DraftVocab]"
 
 
 def banner_line(version: str) -> str:
@@ -182,6 +183,24 @@ class TensorCore75Counts:
                 f"({reasons})")
 
 
+@dataclass(frozen=True, slots=True)
+class DraftVocabVerdict:
+    """What the MTP drafter scores, once per engine process that builds a drafter with caovan_draft_vocab set: `hot`
+    of the model's `vocab` token ids when active (why or from where: `detail`), or the whole vocabulary and why not.
+    The daemon's event, /status and the draft-vocabulary switch take these fields from here."""
+
+    active: bool
+    hot: int
+    vocab: int
+    detail: str
+
+    def line(self) -> str:
+        if self.active and not 0 < self.hot < self.vocab:
+            raise ValueError(f"DraftVocab active with {self.hot} of {self.vocab} ids: a hot set is a proper subset")
+        state = "ACTIVE" if self.active else "off"
+        return f"{DRAFT_VOCAB} {state} hot={self.hot} vocab={self.vocab}: {_one_line(self.detail)}"
+
+
 def tensorcore75_status_line(active: bool, triton: str, mode: str, detail: str) -> str:
     """TensorCore75Verdict's line."""
     return TensorCore75Verdict(active, triton, mode, detail).line()
@@ -288,11 +307,19 @@ TENSORCORE75_KERNELS = Marker(
     lambda m: TensorCore75Counts(int(m.group(1)), int(m.group(2)), int(m.group(3)), _kept(m.group(4))),
     lambda v: f"{v['retargeted']} of {v['total']} retargeted, {v['kept']} kept")
 
+DRAFT_VOCAB_MARKER = Marker(
+    "plugin_draft_vocab", "DraftVocab",
+    re.compile(re.escape(DRAFT_VOCAB) + r" (ACTIVE|off) hot=(\d+) vocab=(\d+): ?(.*)$"),
+    lambda m: DraftVocabVerdict(m.group(1) == "ACTIVE", int(m.group(2)), int(m.group(3)), m.group(4)),
+    lambda v: (f"drafter scores {v['hot']} of {v['vocab']} ids ({v['detail']})" if v["active"]
+               else f"off ({v['detail']})"))
+
 # Most specific first: the GDNCore line's reason text mentions caovan_mode=..., which is not the mode marker.
 MARKERS: tuple[Marker, ...] = (BANNER, REAL_PREFILL_MARKER, DISPATCH_MARKER, GDNCORE, CALLS, STEPS,
-                               TENSORCORE75_STATUS, TENSORCORE75_KERNELS, MODE, MTP)
+                               TENSORCORE75_STATUS, TENSORCORE75_KERNELS, DRAFT_VOCAB_MARKER, MODE, MTP)
 # Markers whose latest value /status shows per run; the TensorCore75 lines are combined over processes instead.
-RUN_MARKERS: tuple[Marker, ...] = (BANNER, MODE, MTP, GDNCORE, REAL_PREFILL_MARKER, DISPATCH_MARKER, CALLS, STEPS)
+RUN_MARKERS: tuple[Marker, ...] = (BANNER, MODE, MTP, GDNCORE, REAL_PREFILL_MARKER, DISPATCH_MARKER, CALLS, STEPS,
+                                   DRAFT_VOCAB_MARKER)
 # Cheap test before any pattern runs: every marker line holds one of these.
 MARKER_HINTS = ("Caovan", "caovan_mode=", "MTP=")
 

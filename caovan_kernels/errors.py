@@ -6,7 +6,8 @@ catch it):
     CaovanKernelsError
     ├── SettingError                      a Caovan setting holds a value that is not one of its choices
     │   ├── PluginConfigError  (ValueError)       caovan / caovan_mode keys, CAOVAN_* variables
-    │   │   └── TuringMmaConfigError              caovan_turing_mma / CAOVAN_TURING_MMA
+    │   │   ├── TuringMmaConfigError              caovan_turing_mma / CAOVAN_TURING_MMA
+    │   │   └── DraftVocabError                   caovan_draft_vocab and the hot-vocabulary file it names
     │   └── ProxyConfigError   (ValueError)       CAOVAN_TURING_PROXY
     ├── PluginUnavailable                 vLLM will not, or cannot, run the plugin as asked
     │   ├── PluginNotInstalled (RuntimeError)     no installed distribution declares the entry point
@@ -40,6 +41,10 @@ class PluginConfigError(SettingError, ValueError):
 
 class TuringMmaConfigError(PluginConfigError):
     """A caovan_turing_mma / CAOVAN_TURING_MMA value that is not a mode."""
+
+
+class DraftVocabError(PluginConfigError):
+    """A caovan_draft_vocab value, or the hot-vocabulary file it names, that cannot be used."""
 
 
 class ProxyConfigError(SettingError, ValueError):

@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.routing import Mount
 
 import caovan_kernels
-from caovan_manager.api import control, doctor, logs, metrics, models, plugins, status
+from caovan_manager.api import control, doctor, draft_vocab, logs, metrics, models, plugins, status
 from caovan_manager.api.door import FrontDoor
 from caovan_manager.api.errors import install_error_handlers
 from caovan_manager.api.schemas import DOOR
@@ -44,7 +44,7 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
                               "security.inference_keys is set); see the engine's own /docs for its endpoints.")
     app.state.daemon = daemon
     app.state.doctor_cache = {"lock": asyncio.Lock(), "at": 0.0, "report": None}
-    for module in (status, control, models, logs, plugins, metrics, doctor):
+    for module in (status, control, models, logs, plugins, draft_vocab, metrics, doctor):
         app.include_router(module.router)
     # First in the route list: it carries the traffic, and the router tries routes in order.
     app.router.routes.insert(0, Mount("/v1", app=daemon.relay, name="openai"))

@@ -176,6 +176,9 @@ class PluginSettings(BaseModel):
     throughput_margin: float = Field(0.25, ge=0, le=1, description="Allowed relative tokens/s loss.")
     acceptance_margin: float = Field(0.10, ge=0, le=1, description="Allowed absolute acceptance-rate loss.")
     banner_timeout_s: float = Field(30, ge=0, description="Wait for the plugin banner after ready.")
+    draft_vocab_min_speedup: float = Field(
+        1.0, gt=0, description="A DraftVocab switch is kept only if its tokens/s exceed the baseline's times this "
+                               "(1.0: it must be faster).")
 
 
 # The canary's built-in prompts: prose, a list, code, arithmetic, Chinese, a passage whose prefill spans several of

@@ -107,7 +107,9 @@ class Daemon:
             self.slots[entry.name] = ModelSlot(
                 entry, self.settings, routed=self.catalog.routed, store=self.store, plugins=self.plugins,
                 masker=self.masker, metrics=self.metrics, events=self.events, run_ids=lambda: next(run_ids),
-                bundled_version=self.bundled_version, plugin=plugin, socket_folder=self.socket_folder)
+                bundled_version=self.bundled_version, plugin=plugin, socket_folder=self.socket_folder,
+                # A hot vocabulary is a model's token ids: the kept DraftVocab setting is the primary model's.
+                draft_vocab=self.store.draft_vocab() if entry is self.catalog.primary else None)
         self.placement = PlacementOwner(self.catalog, self.slots, self.settings.swap, self.events)
         self.router = ModelRouter(self.catalog, self.slots)
         self.relay.start(self.router)

@@ -93,6 +93,15 @@ class Store:
     def save_active_version(self, version: str | None) -> None:
         self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('active_version', ?)", (version,))
 
+    def draft_vocab(self) -> int | str | dict[str, Any] | None:
+        """The DraftVocab setting a verified switch kept (None: off)."""
+        row = self._db.execute("SELECT value FROM settings WHERE name = 'draft_vocab'").fetchone()
+        return json.loads(row[0]) if row and row[0] is not None else None
+
+    def save_draft_vocab(self, setting: int | str | dict[str, Any] | None) -> None:
+        self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('draft_vocab', ?)",
+                         (None if setting is None else json.dumps(setting),))
+
     def _trim(self, table: str) -> None:
         self._db.execute(f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (RETAIN,))
 

@@ -15,8 +15,8 @@ _registered = False
 
 
 def register() -> None:
-    """Print the banner, settle TensorCore75 (and the Turing proxy) for this process and, when the GDN seam exists,
-    put our GDN layer class in vLLM's place.
+    """Print the banner, settle TensorCore75 (and the Turing proxy) for this process, register the MTP drafters
+    that DraftVocab can narrow and, when the GDN seam exists, put our GDN layer class in vLLM's place.
 
     Whether GDNCore then runs is decided per layer when vLLM builds the model (the launch's --additional-config is
     readable only there); a vLLM without a GDN layer loads this without effect."""
@@ -30,6 +30,9 @@ def register() -> None:
         log("[Caovan GDNCore] plugin disabled by CAOVAN_ENABLE=0: stock vLLM")
         return
     _turing_code_path(settings)
+    from caovan_kernels.draft_vocab import drafters  # imports torch and vLLM, as the GDN layer below
+
+    drafters.register()
     from .layer import (  # imports torch and vLLM: only once the plugin is enabled
         announce_seam,
         make_layer_class,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from caovan_kernels import contract
+from caovan_kernels.draft_vocab import hot_set
 from caovan_kernels.errors import PluginConfigError
 from caovan_kernels.tensorcore75 import validate_mode
 
@@ -48,6 +49,9 @@ class EnginePluginSettings:
             updated = replace(updated, require_turbo3=bool(extra["caovan_require_turbo3"]))
         if "caovan_turing_mma" in extra:
             updated = replace(updated, turing_mma=str(extra["caovan_turing_mma"]).strip().lower())
+        # DraftVocab's value is read where vLLM builds the drafter; checked here too, so a bad one stops
+        # caovan-vllm-serve before vLLM starts.
+        hot_set.DraftVocabSpec.parse(extra.get(hot_set.SETTING))
         return updated.validated('--additional-config key "caovan_mode"', '--additional-config key "caovan_turing_mma"')
 
     def validated(self, where: str, turing_mma_where: str) -> EnginePluginSettings:

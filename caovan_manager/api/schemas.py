@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from caovan_kernels.contract import TensorCore75Counts
 from caovan_manager.canary.verdict import CanaryVerdict, Disagreement
@@ -151,10 +151,20 @@ class RecentRestart(Strict):
 
 
 class ActivationState(Strict):
+    kind: str = Field(description="plugin (a version swap) or draft_vocab (a DraftVocab switch)")
     from_version: str | None
     to_version: str | None
+    from_draft_vocab: Any = None
+    to_draft_vocab: Any = None
     phase: str
     baseline: dict[str, float | int | None] | None
+
+
+class DraftVocabState(Strict):
+    setting: Any = Field(description="The kept caovan_draft_vocab setting engines start with (null: off).")
+    engine: dict[str, Any] | None = Field(description="The running engine's DraftVocab line (null: none logged).")
+    switch_in_progress: bool
+    history: list[dict[str, Any]] | None = None
 
 
 class ProxyState(Strict):
@@ -212,6 +222,7 @@ class StatusDocument(Strict):
     last_error: str
     hang_detector: HangDetectorView
     activation: ActivationState | None
+    draft_vocab: DraftVocabState
     canary: CanaryState
     proxy: ProxyState
     models: list[ModelState]

@@ -15,6 +15,7 @@ from caovan_manager.proxy.gate import Gate
 from caovan_manager.supervisor.run import Run
 from caovan_manager.supervisor.state import State
 
+from .draft_vocab import draft_vocab_document
 from .schemas import Health, Readiness, StatusDocument
 
 if TYPE_CHECKING:  # the composition root sits above the routers; they read it from app.state
@@ -55,8 +56,10 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "last_error": m.last_error,
         "hang_detector": m.hang.view(now),
         "activation": None if act is None else {
-            "from_version": act.from_version, "to_version": act.to_version, "phase": act.phase,
+            "kind": act.kind, "from_version": act.from_version, "to_version": act.to_version,
+            "from_draft_vocab": act.from_draft, "to_draft_vocab": act.to_draft, "phase": act.phase,
             "baseline": act.baseline.as_dict() if act.baseline else None},
+        "draft_vocab": draft_vocab_document(daemon),
         "canary": canary_document(primary),
         "proxy": proxy_document(primary.gate),
         "models": model_documents(daemon),

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from caovan_kernels.draft_vocab import hot_set
 from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.canary import conversation
 from caovan_manager.canary.verdict import CanaryVerdict, Purpose, not_run
@@ -29,6 +30,7 @@ from caovan_manager.metrics import ModelMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.upstream import Upstream, open_upstream
 from caovan_manager.store import Store
+from caovan_manager.supervisor.activation import DraftSetting
 from caovan_manager.supervisor.messages import (
     CanaryChecked,
     Drained,
@@ -46,7 +48,7 @@ from caovan_manager.supervisor.messages import (
 )
 
 from . import probe
-from .launch import EngineTarget, build_launch, option_value
+from .launch import EngineTarget, build_launch, option_value, with_additional_config
 from .process import EngineProcess
 
 logger = logging.getLogger("caovan.canary")
@@ -116,13 +118,13 @@ class EngineEffects:
 
     # The engine process -------------------------------------------------------------------------------------------
 
-    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False, draft_vocab: DraftSetting = None) -> None:
         socket_path = self.socket_folder / f"run-{run_id}.sock"
         run = RunHandle(run_id, open_upstream(socket_path, self.settings.proxy, self.engine_headers))
         self.runs[run_id] = run
-        self._spawn_task(self._spawn(run, version, fallback), run)
+        self._spawn_task(self._spawn(run, version, fallback, draft_vocab), run)
 
-    async def _spawn(self, run: RunHandle, version: str | None, fallback: bool) -> None:
+    async def _spawn(self, run: RunHandle, version: str | None, fallback: bool, draft_vocab: DraftSetting) -> None:
         try:
             site = self.site_for(version)
             run.upstream.socket_path.unlink(missing_ok=True)  # left by a run killed with this id: vLLM would not bind
@@ -130,6 +132,9 @@ class EngineEffects:
             target = self.target
             if fallback:  # after the engine's own arguments: argparse keeps an option's last value
                 target = dataclasses.replace(target, args=[*target.args, *self.settings.canary.fallback_args])
+            if draft_vocab is not None:
+                target = dataclasses.replace(target, args=with_additional_config(
+                    target.args, {hot_set.SETTING: draft_vocab}))
             spec = build_launch(self.settings, target, run.upstream.socket_path, cwd, site)
             shown = self.masker.command(spec.command)
             self.sink.open_run(run.run_id)
@@ -363,6 +368,9 @@ class EngineEffects:
 
     def save_active_version(self, version: str | None) -> None:
         self.store.save_active_version(version)
+
+    def save_draft_vocab(self, setting: DraftSetting) -> None:
+        self.store.save_draft_vocab(setting)
 
     def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
         self.metrics.canary_checked(verdict, degraded)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import caovan_kernels
 from caovan_kernels import contract
@@ -80,6 +82,20 @@ def build_launch(settings: Settings, target: EngineTarget, socket_path: Path, cw
     command = [sys.executable, "-m", "caovan_kernels.serve", target.model, *target.args,
                "--uds", str(socket_path), "--disable-uvicorn-access-log"]
     return LaunchSpec(command=command, env=env, cwd=cwd, socket_path=socket_path)
+
+
+def with_additional_config(args: list[str], keys: dict[str, Any]) -> list[str]:
+    """`args` with `keys` added to vLLM's --additional-config: merged into the value the arguments already give (the
+    last one, which argparse keeps) and passed last, so the user's other keys stay."""
+    given = option_value(args, "--additional-config")
+    try:
+        merged = json.loads(given) if given else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"the engine arguments' --additional-config is not JSON ({exc}): {given!r}; write it as a "
+                          f"JSON object, e.g. '{{\"caovan_mode\": \"auto\"}}'") from None
+    if not isinstance(merged, dict):
+        raise ConfigError(f"the engine arguments' --additional-config is {given!r}, not a JSON object")
+    return [*args, "--additional-config", json.dumps({**merged, **keys})]
 
 
 def option_value(args: list[str], option: str) -> str | None:

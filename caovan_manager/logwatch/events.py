@@ -148,6 +148,13 @@ class TensorCore75Kernels(LogEvent, contract.TensorCore75Counts):
 
 
 @dataclass(frozen=True, slots=True)
+class PluginDraftVocab(LogEvent, contract.DraftVocabVerdict):
+    """What the MTP drafter scores (its fields are the contract's)."""
+
+    kind: ClassVar[str] = contract.DRAFT_VOCAB_MARKER.kind
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchDecisions(LogEvent):
     """The decisions line of `caovan-vllm-serve`: each profile decision and the effective vLLM command."""
 
@@ -182,13 +189,14 @@ Event = (
     | PluginDeviceSteps
     | TensorCore75Status
     | TensorCore75Kernels
+    | PluginDraftVocab
     | Fatal
 )
 
 # The plugin's events by kind, for the parser.
 MARKER_EVENTS: dict[str, type[LogEvent]] = {cls.kind: cls for cls in (
     PluginBanner, PluginMode, PluginMtp, PluginGdnCore, PluginRealPrefill, PluginDispatch, PluginKernelCalls,
-    PluginDeviceSteps, TensorCore75Status, TensorCore75Kernels)}
+    PluginDeviceSteps, TensorCore75Status, TensorCore75Kernels, PluginDraftVocab)}
 # Kinds worth a line on the daemon's /events stream: all but engine_ready, which only moves the state.
 PUBLISHED_KINDS: frozenset[str] = frozenset(
     {Throughput.kind, SpecDecode.kind, EngineConfig.kind, LaunchDecisions.kind, Fatal.kind, *MARKER_EVENTS})

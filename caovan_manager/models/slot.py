@@ -20,7 +20,7 @@ from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.routes import Route
 from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.store import Store
-from caovan_manager.supervisor.activation import PluginChoice
+from caovan_manager.supervisor.activation import DraftSetting, PluginChoice
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.machine import Machine
 
@@ -36,7 +36,7 @@ class ModelSlot:
     def __init__(self, entry: ModelEntry, settings: Settings, *, routed: bool, store: Store, plugins: PluginStore,
                  masker: Masker, metrics: DaemonMetrics, events: Broadcaster[dict[str, Any]],
                  run_ids: Callable[[], int], bundled_version: str, plugin: PluginChoice,
-                 socket_folder: Path) -> None:
+                 socket_folder: Path, draft_vocab: DraftSetting = None) -> None:
         self.entry = entry
         self.name = entry.name
         self.masker = masker
@@ -55,7 +55,8 @@ class ModelSlot:
                                        time.monotonic,
                                        bundled_version=bundled_version, plugin=plugin, run_ids=run_ids,
                                        on_demand=routed,
-                                       start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start"))
+                                       start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start",
+                                       draft_vocab=draft_vocab))
         self.route = Route(entry.name, self.gate, self.effects.engine_headers, self._greedy_only)
 
     @property

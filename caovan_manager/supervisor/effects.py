@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from caovan_manager.canary.verdict import CanaryVerdict, Purpose
 
+from .activation import DraftSetting
 from .messages import Message
 
 RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback", "wake_failed", "canary")
@@ -16,8 +17,9 @@ RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "r
 
 class Effects(Protocol):
     # The engine process ----------------------------------------------------------------------------------------------
-    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
-        """Start the engine on plugin `version` (None = bundled), with canary.fallback_args added if `fallback`;
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False, draft_vocab: DraftSetting = None) -> None:
+        """Start the engine on plugin `version` (None = bundled), with canary.fallback_args added if `fallback` and
+        caovan_draft_vocab set to `draft_vocab` unless None;
         reports Spawned or SpawnFailed, later Exited."""
 
     def probe_ready(self, run_id: int) -> None:
@@ -79,6 +81,9 @@ class Effects(Protocol):
                           details: dict[str, Any]) -> None: ...
 
     def save_active_version(self, version: str | None) -> None: ...
+
+    def save_draft_vocab(self, setting: DraftSetting) -> None:
+        """The DraftVocab setting later starts take (None: off)."""
 
     def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
         """A canary verdict, for the metrics, the events stream and the daemon's log; `degraded`: the engine now

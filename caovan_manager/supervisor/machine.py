@@ -13,8 +13,9 @@ vLLM's sleep mode, for a model swapped out by placement (a stop where the engine
     ready --sleep--> draining --drained--> falling_asleep --slept--> asleep --start--> waking --woke, ready--> ready
     asleep --stop/restart/exit--> stopping ; a failed sleep stops the engine, a failed wake restarts it
 
-A plugin activation rides on the same transitions: measure the current version, drain, restart on the new one,
-check its answers (the canary), its banner, measure again, keep it or roll back to the previous version.
+A verified switch rides on the same transitions: measure the engine, drain, restart it changed (a plugin version, or
+DraftVocab's setting), check its answers (the canary), that the change is live (the plugin banner, the DraftVocab
+line), measure again, keep it or roll back to what ran before.
 
 OutputLock: an engine that serves is checked before it counts as ready (`checking`, requests held), then
 periodically and on request while ready. A failed canary marks it degraded until one passes, and
@@ -35,7 +36,7 @@ from caovan_manager.config import CanarySettings, PluginSettings, SupervisorSett
 from caovan_manager.inbox import Outcome
 from caovan_manager.logwatch import events
 
-from .activation import Activation, PluginChoice, regression
+from .activation import Activation, DraftSetting, PluginChoice, draft_label, draft_vocab_shortfall, regression
 from .effects import Effects
 from .hang import HangDetector
 from .messages import (
@@ -45,6 +46,7 @@ from .messages import (
     CanaryChecked,
     CanaryCommand,
     CanaryDue,
+    DraftVocabCommand,
     Drained,
     Exited,
     LogLine,
@@ -85,6 +87,7 @@ class Machine:
         run_ids: Callable[[], int] | None = None,
         on_demand: bool = False,
         start_hint: str = "POST /start",
+        draft_vocab: DraftSetting = None,
     ) -> None:
         self.fx = effects
         self.settings = settings
@@ -93,6 +96,7 @@ class Machine:
         self.clock = clock
         self.bundled_version = bundled_version
         self.plugin = plugin or PluginChoice(active_version)
+        self.draft_vocab = draft_vocab  # the caovan_draft_vocab setting engines start with (None: off)
         self.state = State.STOPPED
         self.reason = ""
         self.last_error = ""
@@ -223,10 +227,33 @@ class Machine:
         if self.state is not State.READY or self.run is None:
             return Outcome(False, f"a plugin swap needs a ready engine to compare against; the engine is "
                                   f"{self.state.value}. Start it (POST /start) and retry", conflict=True)
-        self.activation = Activation(self.active_version, cmd.version)
+        self.activation = Activation(self.active_version, cmd.version, from_draft=self.draft_vocab,
+                                     to_draft=self.draft_vocab)
         self.fx.measure(self.run.run_id)
         return Outcome(True, f"activating plugin version {self._label(cmd.version)}: measuring the current version "
                              f"first, then restarting on the new one and verifying it")
+
+    def _on_DraftVocabCommand(self, cmd: DraftVocabCommand) -> Outcome:
+        if self.activation is not None:
+            return self._busy_with_activation()
+        if cmd.setting == self.draft_vocab:
+            return Outcome(False, f"DraftVocab is already {draft_label(cmd.setting)}", conflict=True)
+        if cmd.setting is None:  # off needs no proof: the drafter scores every id again, as stock vLLM does
+            self.draft_vocab = None
+            self.fx.save_draft_vocab(None)
+            if self.state is not State.READY:
+                return Outcome(True, f"DraftVocab is off from the next start (the engine is {self.state.value})")
+            self._note_restart("requested", "DraftVocab turned off")
+            self._drain_then("start", "restarting with DraftVocab off")
+            return Outcome(True, "DraftVocab off: draining in-flight requests, then restarting the engine")
+        if self.state is not State.READY or self.run is None:
+            return Outcome(False, f"a DraftVocab switch needs a ready engine to compare against; the engine is "
+                                  f"{self.state.value}. Start it (POST /start) and retry", conflict=True)
+        self.activation = Activation(self.active_version, self.active_version, kind="draft_vocab",
+                                     from_draft=self.draft_vocab, to_draft=cmd.setting)
+        self.fx.measure(self.run.run_id)
+        return Outcome(True, f"switching DraftVocab to {draft_label(cmd.setting)}: measuring the engine as it runs "
+                             f"first, then restarting with it and verifying that decoding got faster")
 
     def _on_CanaryCommand(self, cmd: CanaryCommand) -> Outcome:
         if self.canary_running is not None:
@@ -392,16 +419,25 @@ class Machine:
                 return
             act.baseline = msg.result
             act.phase = "switch"
-            self._note_restart("activation", f"plugin activation {self._label(act.from_version)} -> {self._label(act.to_version)}")
-            self._drain_then("start", f"switching to plugin version {self._label(act.to_version)}")
+            self._note_restart("activation", self._switch_label(act))
+            self._drain_then("start", f"switching to {self._target_label(act, act.phase)}")
         elif act.phase == "verify":
             if msg.result is None:
                 self._rollback(f"the verification benchmark failed on the new version: {msg.error}")
                 return
             act.candidate = msg.result
-            worse = regression(act.baseline, msg.result, self.plugin_settings)
+            if act.kind == "draft_vocab":
+                worse = draft_vocab_shortfall(act.baseline, msg.result, self.plugin_settings)
+            else:
+                worse = regression(act.baseline, msg.result, self.plugin_settings)
             if worse:
                 self._rollback(worse)
+            elif act.kind == "draft_vocab":
+                self.draft_vocab = act.to_draft
+                self.fx.save_draft_vocab(act.to_draft)
+                self._finish_activation("activated", f"verified: the engine's DraftVocab line, its canary, "
+                                                     f"{act.baseline.tokens_per_s:.1f} -> {msg.result.tokens_per_s:.1f}"
+                                                     f" tokens/s and acceptance within plugins.acceptance_margin")
             else:
                 self.active_version = act.to_version
                 self.fx.save_active_version(act.to_version)
@@ -411,13 +447,14 @@ class Machine:
     # Transitions ------------------------------------------------------------------------------------------------------
 
     def _spawn(self) -> None:
-        version = self._launch_version()
-        self._enter(State.STARTING, f"starting on plugin version {self._label(version)}")
+        version, draft_vocab = self._launch_choice()
+        draft = "" if draft_vocab is None else f", DraftVocab {draft_label(draft_vocab)}"
+        self._enter(State.STARTING, f"starting on plugin version {self._label(version)}{draft}")
         run = Run(self._run_ids(), version, self.clock())
         self.run = run
         self.canary_running = None  # a canary of the last run no longer reports
         self.fx.record_run(run.run_id, version)
-        self.fx.spawn(run.run_id, version, self.fallback)
+        self.fx.spawn(run.run_id, version, self.fallback, draft_vocab)
         self.fx.probe_ready(run.run_id)
         self.fx.set_timer("startup", self.settings.startup_timeout_s, StartupTimedOut(run.run_id))
 
@@ -511,7 +548,9 @@ class Machine:
             return
         if act.phase == "switch":
             act.phase = "verify"
-            if "plugin_banner" in self.run.markers:
+            if act.kind == "draft_vocab":
+                self._check_draft_vocab()
+            elif "plugin_banner" in self.run.markers:
                 self._check_banner()
             else:
                 self.fx.set_timer("banner", self.plugin_settings.banner_timeout_s, BannerTimedOut(self.run.run_id))
@@ -579,7 +618,7 @@ class Machine:
         act.reason = reason
         self._note_restart("rollback", f"rolling back: {reason}")
         then = self._drain_then if drain else self._stop_then
-        then("start", f"rolling back to plugin version {self._label(act.from_version)}: {reason}")
+        then("start", f"rolling back to {self._target_label(act, 'rollback')}: {reason}")
 
     def _finish_activation(self, outcome: str, reason: str) -> None:
         act = self.activation
@@ -596,6 +635,15 @@ class Machine:
         if seen != expected:
             self._rollback(f"the engine's plugin banner shows version {seen}, expected {expected}: the new "
                            f"version was not the one loaded")
+        else:
+            self.fx.measure(self.run.run_id)
+
+    def _check_draft_vocab(self) -> None:
+        """The engine logs its DraftVocab line while it builds the drafter, before it serves: it must say active."""
+        line = self.run.markers.get(contract.DRAFT_VOCAB_MARKER.kind)
+        if line is None or not line.active:
+            said = f"it says: {line.detail}" if line is not None else "its log has no DraftVocab line (no MTP drafter?)"
+            self._rollback(f"the engine did not turn DraftVocab on; {said}")
         else:
             self.fx.measure(self.run.run_id)
 
@@ -633,9 +681,10 @@ class Machine:
     def _current(self, run_id: int) -> bool:
         return self.run is not None and self.run.run_id == run_id
 
-    def _launch_version(self) -> str | None:
-        decided, version = self.activation.launch_version() if self.activation else (False, None)
-        return version if decided else self.active_version
+    def _launch_choice(self) -> tuple[str | None, DraftSetting]:
+        """The plugin version and DraftVocab setting of the next start: a switch's while it decides them."""
+        decided, version, draft_vocab = self.activation.launch() if self.activation else (False, None, None)
+        return (version, draft_vocab) if decided else (self.active_version, self.draft_vocab)
 
     def _note_restart(self, cause: str, reason: str) -> None:
         self.restarts += 1
@@ -643,8 +692,20 @@ class Machine:
 
     def _busy_with_activation(self) -> Outcome:
         act = self.activation
-        return Outcome(False, f"a plugin activation ({self._label(act.from_version)} -> {self._label(act.to_version)}"
-                              f", {act.phase}) is in progress; wait for it (GET /status) and retry", conflict=True)
+        return Outcome(False, f"a {self._switch_label(act)} ({act.phase}) is in progress; wait for it (GET /status) "
+                              f"and retry", conflict=True)
+
+    def _switch_label(self, act: Activation) -> str:
+        if act.kind == "draft_vocab":
+            return f"DraftVocab switch {draft_label(act.from_draft)} -> {draft_label(act.to_draft)}"
+        return f"plugin activation {self._label(act.from_version)} -> {self._label(act.to_version)}"
+
+    def _target_label(self, act: Activation, phase: str) -> str:
+        """What a switch's next start runs: its new side, or on rollback what ran before."""
+        back = phase == "rollback"
+        if act.kind == "draft_vocab":
+            return f"DraftVocab {draft_label(act.from_draft if back else act.to_draft)}"
+        return f"plugin version {self._label(act.from_version if back else act.to_version)}"
 
     def _expected_banner(self, version: str | None) -> str:
         return self.bundled_version if version is None else version

@@ -7,6 +7,7 @@ of an old engine never moves the state of the new one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from caovan_manager.canary.verdict import CanaryVerdict
 from caovan_manager.logwatch import events
@@ -41,11 +42,19 @@ class ActivateCommand:
 
 
 @dataclass(frozen=True)
+class DraftVocabCommand:
+    """Switch DraftVocab to this caovan_draft_vocab value, verified (POST /draft-vocab); None turns it off."""
+
+    setting: int | str | dict[str, Any] | None
+
+
+@dataclass(frozen=True)
 class CanaryCommand:
     """Check the ready engine's answers now (POST /models/{name}/canary)."""
 
 
-Command = StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand | CanaryCommand
+Command = (StartCommand | StopCommand | SleepCommand | RestartCommand | ActivateCommand | DraftVocabCommand
+           | CanaryCommand)
 
 
 # Reports of the effects layer ---------------------------------------------------------------------------------------

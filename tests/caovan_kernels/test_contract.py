@@ -39,10 +39,11 @@ command, _ = serve.prepare({str(QWEN36)!r}, ["--max-model-len", "8192"], {{}})
 sys.stderr.write("RESULT " + json.dumps(command) + "\\n")
 """
 
-# Lines whose emitter runs only on a CUDA GPU (the decode-step watcher) or only when kernels compile for sm_75 (the
-# TensorCore75 counts; their real emitter is read back in tests/caovan_kernels/tensorcore75): their format functions
-# are what the emitters call, tested below.
-NOT_EMITTED_HERE = {contract.STEPS.kind, contract.TENSORCORE75_KERNELS.kind}
+# Lines whose emitter runs only on a CUDA GPU (the decode-step watcher), only when kernels compile for sm_75 (the
+# TensorCore75 counts; their real emitter is read back in tests/caovan_kernels/tensorcore75) or only when vLLM builds
+# an MTP drafter with caovan_draft_vocab set (read back from the CPU engine in tests/integration): their format
+# functions are what the emitters call, tested below.
+NOT_EMITTED_HERE = {contract.STEPS.kind, contract.TENSORCORE75_KERNELS.kind, contract.DRAFT_VOCAB_MARKER.kind}
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +102,10 @@ FORMATTED = [
     (contract.tensorcore75_count_line(43, {"no_dot": 21, "fp32_dot": 36}),
      {"total": 100, "retargeted": 43, "kept": 57, "kept_by_reason": {"fp32_dot": 36, "no_dot": 21}}),
     (contract.tensorcore75_count_line(1, {}), {"total": 1, "retargeted": 1, "kept": 0, "kept_by_reason": {}}),
+    (contract.DraftVocabVerdict(True, 32801, 248320, "32768 ids by tokenizer order + 33 control tokens").line(),
+     {"active": True, "hot": 32801, "vocab": 248320, "detail": "32768 ids by tokenizer order + 33 control tokens"}),
+    (contract.DraftVocabVerdict(False, 0, 1024, "the lm_head is quantized").line(),
+     {"active": False, "hot": 0, "vocab": 1024, "detail": "the lm_head is quantized"}),
 ]
 
 

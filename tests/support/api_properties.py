@@ -23,7 +23,7 @@ ENGINE_STATE_ANSWERS = (502, 503)
 # first events (tests/integration/daemon/test_main_flow.py), not here.
 STREAMS = ("/logs/stream", "/events")
 ADMIN_OPERATIONS = {("POST", "/start"), ("POST", "/stop"), ("POST", "/restart"),
-                    ("POST", "/plugins/{version}/activate")}
+                    ("POST", "/plugins/{version}/activate"), ("POST", "/draft-vocab")}
 
 
 def headers_for(key: str | None) -> dict[str, str]:

@@ -17,8 +17,9 @@ class RecordingEffects(Effects):
     def _record(self, *call: Any) -> None:
         self.calls.append(call)
 
-    def spawn(self, run_id: int, version: str | None, fallback: bool = False) -> None:
-        self._record("spawn", run_id, version, *(("fallback",) if fallback else ()))
+    def spawn(self, run_id: int, version: str | None, fallback: bool = False, draft_vocab: Any = None) -> None:
+        self._record("spawn", run_id, version, *(("fallback",) if fallback else ()),
+                     *(() if draft_vocab is None else (("draft_vocab", draft_vocab),)))
 
     def probe_ready(self, run_id: int) -> None: self._record("probe_ready", run_id)
     def stop_group(self, run_id: int) -> None: self._record("stop_group", run_id)
@@ -46,6 +47,7 @@ class RecordingEffects(Effects):
         self._record("record_activation", from_version, to_version, outcome, reason, details)
 
     def save_active_version(self, version: str | None) -> None: self._record("save_active_version", version)
+    def save_draft_vocab(self, setting: Any) -> None: self._record("save_draft_vocab", setting)
 
     def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
         self._record("record_canary", verdict.result, degraded)
