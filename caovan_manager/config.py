@@ -201,6 +201,18 @@ CANARY_PROMPTS = (
 )
 
 
+class DraftVocabSettings(BaseModel):
+    """DraftVocab's learnt hot vocabulary: the daemon counts the tokens of the replies it relays, per model."""
+
+    learn: bool = Field(True, description="Count the relayed replies' tokens into <state_dir>/draft-vocab/<model>.json "
+                                          "(token-id counts only, never text).")
+    learn_queue_bytes: int = Field(8 << 20, ge=0, description="Replies waiting to be counted, at most this many "
+                                                               "bytes; beyond it a reply is skipped, never delayed.")
+    learn_write_every_tokens: int = Field(50_000, ge=1, description="Rewrite the file after this many new tokens "
+                                                                    "(and when the daemon stops).")
+    learn_batch_s: float = Field(1.0, ge=0, description="Count the replies queued over this long in one batch.")
+
+
 class CanarySettings(BaseModel):
     """OutputLock's canary: after every start, wake-up and plugin activation, then periodically, the engine's decode
     path is checked against its own prefill path (greedy; no stored answer needed)."""
@@ -270,6 +282,7 @@ class Settings(BaseSettings):
     proxy: ProxySettings = Field(default_factory=ProxySettings)
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     plugins: PluginSettings = Field(default_factory=PluginSettings)
+    draft_vocab: DraftVocabSettings = Field(default_factory=DraftVocabSettings)
     logs: LogSettings = Field(default_factory=LogSettings)
     canary: CanarySettings = Field(default_factory=CanarySettings)
     models: dict[str, ModelSettings] = Field(default_factory=dict, description="Several models swapped on demand "

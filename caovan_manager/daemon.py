@@ -115,6 +115,7 @@ class Daemon:
         self.relay.start(self.router)
         for slot in self.slots.values():
             slot.supervisor.start()
+            slot.tally.start()
         self.placement.start()
         # One model is a catalog of one: placement starts what is preloaded (the single engine is) either way. Until
         # then a stopped engine's requests wait for it to load (a models table) or are refused with how to start it.
@@ -141,6 +142,7 @@ class Daemon:
         if self.socket_folder is not None:
             remove_socket_folder(self.socket_folder)
         for slot in self.slots.values():
+            await slot.tally.aclose()
             slot.sink.close()
         self.store.close()
 

@@ -5,6 +5,7 @@ check the engine's DraftVocab line and its canary, measure again; kept only if t
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -38,6 +39,7 @@ def draft_vocab_document(daemon: Any) -> dict[str, Any]:
         "setting": m.draft_vocab,
         "engine": None if line is None else line.values(),
         "switch_in_progress": act is not None and act.kind == "draft_vocab",
+        "learnt": asdict(daemon.primary.tally.view()),
     }
 
 

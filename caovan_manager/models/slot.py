@@ -18,6 +18,7 @@ from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.routes import Route
+from caovan_manager.proxy.token_tally import TokenTally
 from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.store import Store
 from caovan_manager.supervisor.activation import DraftSetting, PluginChoice
@@ -27,9 +28,14 @@ from caovan_manager.supervisor.machine import Machine
 from .catalog import ModelEntry
 
 
+def file_safe(name: str) -> str:
+    """A model's name as one file or folder name."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)
+
+
 def log_folder(root: Path, name: str, routed: bool) -> Path:
     """A routed model's engine logs get a folder of their own (each sink prunes its folder to its last runs)."""
-    return root / re.sub(r"[^A-Za-z0-9._-]", "_", name) if routed else root
+    return root / file_safe(name) if routed else root
 
 
 class ModelSlot:
@@ -57,7 +63,11 @@ class ModelSlot:
                                        on_demand=routed,
                                        start_hint=f"POST /models/{entry.name}/load" if routed else "POST /start",
                                        draft_vocab=draft_vocab))
-        self.route = Route(entry.name, self.gate, self.effects.engine_headers, self._greedy_only)
+        local = Path(entry.target.model)
+        self.tally = TokenTally(entry.name, local if local.is_dir() else None,
+                                settings.state_dir / "draft-vocab" / f"{file_safe(entry.name)}.json",
+                                settings.draft_vocab)
+        self.route = Route(entry.name, self.gate, self.effects.engine_headers, self._greedy_only, self.tally)
 
     @property
     def machine(self) -> Machine:

@@ -103,6 +103,7 @@ class _Exchange:
         self.response: aiohttp.ClientResponse | None = None
         self.admitted = False
         self.client_gone = False
+        self.reply: list[bytes] | None = None  # the reply's chunks, kept for the token tally when it counts them
 
     async def read_request(self) -> bool:
         """Check the key, read the body; False if the request ends here (refused, or the client left)."""
@@ -141,6 +142,8 @@ class _Exchange:
             return False
         self.route = route
         headers.update(self.route.engine_headers)
+        if route.tally is not None and route.tally.wants(self.label):
+            self.reply = []
         return True
 
     async def watch_disconnect(self, exchange_task: asyncio.Task) -> None:
@@ -166,6 +169,8 @@ class _Exchange:
         headers.append((b"content-length", str(len(content)).encode()))
         await self.send({"type": "http.response.start", "status": response.status, "headers": headers})
         await self.send({"type": "http.response.body", "body": content})
+        if self.reply is not None:
+            self.reply.append(content)
 
     async def connect(self) -> bool:
         """Admission, then the request to the engine up to its response headers; False if answered with an error."""
@@ -218,6 +223,7 @@ class _Exchange:
         send = self.send
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         first = True
+        reply = self.reply
         try:
             async for chunk in response.content.iter_any():
                 if first:
@@ -225,6 +231,8 @@ class _Exchange:
                         time.perf_counter() - self.started)
                     first = False
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if reply is not None:
+                    reply.append(chunk)
         except ENGINE_FAILURES as exc:
             self.status = "502"
             error = {"error": {"message": _failure(exc), "type": "engine_error", "code": 502}}
@@ -257,6 +265,8 @@ class _Exchange:
                 self.response.close()
         if self.admitted:
             self.route.gate.leave()
+        if self.reply and self.status == "200":
+            self.route.tally.offer(self.reply)
         metrics = self.relay.metrics
         metrics.proxy_requests.labels(self.model, self.label, self.status).inc()
         if self.response is not None:  # requests the engine answered; refusals and queue timeouts are not latency

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .gate import Gate
+from .token_tally import TokenTally
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,7 @@ class Route:
     engine_headers: dict[str, str]  # the engine's own --api-key, if it has one
     # Why the running engine decodes greedily only (caovan_manager.proxy.sampling), or None; read once admitted.
     greedy_only: Callable[[], str | None] = lambda: None
+    tally: TokenTally | None = None  # counts the model's replies for DraftVocab's learnt hot vocabulary
 
 
 @dataclass(frozen=True)

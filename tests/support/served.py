@@ -47,9 +47,9 @@ class ServedDaemon:
 
 
 @contextlib.contextmanager
-def served_daemon(tmp_path, **overrides: Any) -> Iterator[ServedDaemon]:
+def served_daemon(tmp_path, model: str = "/models/none", **overrides: Any) -> Iterator[ServedDaemon]:
     settings = load_settings(state_dir=str(tmp_path), **overrides)
-    app = create_app(settings, EngineTarget("/models/none", []), autostart=False)
+    app = create_app(settings, EngineTarget(model, []), autostart=False)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"))
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_until_complete, args=(server.serve(),), daemon=True)
