@@ -18,8 +18,8 @@ from caovan_manager.metrics import DaemonMetrics
 from caovan_manager.plugins.store import PluginStore
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.routes import Route
-from caovan_manager.proxy.token_tally import TokenTally
 from caovan_manager.proxy.sampling import greedy_only_reason
+from caovan_manager.proxy.token_tally import TokenTally
 from caovan_manager.store import Store
 from caovan_manager.supervisor.activation import DraftSetting, PluginChoice
 from caovan_manager.supervisor.actor import Supervisor
