@@ -158,9 +158,11 @@ def _gpu_total_bytes() -> int:
 
 
 def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
-                   profiler_dir: Path) -> tuple[list[str], dict[str, str]]:
+                   profiler_dir: Path, draft_vocab: int | None = None) -> tuple[list[str], dict[str, str]]:
     utilization = budget_bytes / _gpu_total_bytes()
-    config = {"caovan": True, "gdn_prefill_backend": "triton"}
+    config: dict = {"caovan": True, "gdn_prefill_backend": "triton"}
+    if draft_vocab:
+        config["caovan_draft_vocab"] = draft_vocab
     if path != "proxy-caovan":
         config.update(caovan_mode="off", caovan_turing_mma="off")
     spec = {"method": "mtp", "num_speculative_tokens": mtp, "attention_backend": "TRITON_ATTN"}
@@ -181,16 +183,18 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
     return args, env
 
 
-def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str) -> None:
+def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str,
+          draft_vocab: int | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _files(out_dir, run)
     port = 8100 + PATHS.index(path)
-    command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace")
+    command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace",
+                                  draft_vocab)
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
     files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
-                                                "command": command}))
+                                                "draft_vocab": draft_vocab, "command": command}))
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
@@ -447,6 +451,8 @@ def main() -> None:
     s.add_argument("--mtp", type=int, default=3)
     s.add_argument("--text-only", action="store_true")
     s.add_argument("--name", help="the run's name (default: the path)")
+    s.add_argument("--draft-vocab", type=int, default=None,
+                   help="DraftVocab: the drafter scores this many ids (tokenizer order; caovan_draft_vocab)")
     mem = sub.add_parser("memory")
     mem.add_argument("path", metavar="RUN")
     mem.add_argument("--out-dir", type=Path, required=True)
@@ -468,7 +474,7 @@ def main() -> None:
     if a.command == "model":
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
     elif a.command == "start":
-        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path)
+        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path, a.draft_vocab)
     elif a.command == "memory":
         memory(a.path, a.out_dir, a.timeout)
     elif a.command == "measure":

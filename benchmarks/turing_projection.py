@@ -3,6 +3,7 @@ stated hardware rates. No 2080 Ti is reachable here; every figure this prints fo
 with it, and a measured ratio (the Turing proxy, docs/benchmarks.md) outranks it wherever both exist.
 
     python benchmarks/turing_projection.py [--config CFG] [--context 4096] [--prompts 4096,16384,32768]
+                                           [--draft-vocab 8192,16384,32768,65536]
 
 Decode is counted in bytes (a 2080 Ti decodes at the speed of its memory), prefill in flops, and both pay the
 all-reduces tensor parallelism needs after each attention/GDN block and each MLP, over PCIe without NVLink.
@@ -51,8 +52,15 @@ def _allreduce_s(hw: Turing, tokens: int, hidden: int) -> float:
     return hw.allreduce_latency_s + tokens * hidden * 2 / hw.allreduce_bandwidth
 
 
-def decode_step(m, hw: Turing, tp: int, spec: int, context: int) -> dict[str, float]:
-    """Bytes one rank reads in one MTP decode step (the target over 1+S tokens, S drafter passes) and its time."""
+def busiest_rank_rows(vocab: int, tp: int, hot: int) -> int:
+    """lm_head rows the busiest rank reads per drafter pass with DraftVocab over the tokenizer's first `hot` ids: the
+    vocabulary is split into contiguous shards, so the low ids all sit on the first rank."""
+    return min(hot, -(-vocab // tp))
+
+
+def decode_step(m, hw: Turing, tp: int, spec: int, context: int, hot_rows: int | None = None) -> dict[str, float]:
+    """Bytes one rank reads in one MTP decode step (the target over 1+S tokens, S drafter passes) and its time;
+    `hot_rows`: the drafter's lm_head rows per pass on this rank with DraftVocab (None: its whole shard)."""
     weights = memory.weight_bytes_per_gpu(m, tp, vision=False)
     mtp_share = 1 / (len(m.layer_types) + 1)  # the MTP decoder layer's part of the linears, one layer in 65
     linears = weights.quantized_linear + weights.unquantized_linear
@@ -62,7 +70,9 @@ def decode_step(m, hw: Turing, tp: int, spec: int, context: int) -> dict[str, fl
     parts = {
         "target linears (AWQ)": linears * (1 - mtp_share),
         "drafter layer x S": linears * mtp_share * spec,
-        "lm_head x (1+S)": lm_head * (1 + spec),
+        "lm_head, target": lm_head,
+        "lm_head, drafter x S": (lm_head if hot_rows is None else hot_rows * m.hidden_size
+                                 * memory.ENGINE_DTYPE_BYTES) * spec,
         "KV cache": kv_layer_token * context * (m.num_attention_layers + spec),
         "GDN state (read 1, write 1+S)": gdn_state * m.num_gdn_layers * (2 + spec),
     }
@@ -97,6 +107,8 @@ def main() -> None:
     parser.add_argument("--prompts", default="4096,16384,32768")
     parser.add_argument("--tp", type=int, default=2)
     parser.add_argument("--mtp", type=int, default=3)
+    parser.add_argument("--draft-vocab", default="8192,16384,32768,65536",
+                        help="DraftVocab sizes (tokenizer order) for the decode table")
     a = parser.parse_args()
     m, hw = _model(a.config), Turing()
     print("PROJECTION for 2x RTX 2080 Ti 22G (not measured). Assumptions:")
@@ -108,6 +120,16 @@ def main() -> None:
         print(f"  {key}: {value:.3f}")
     print(f"  step: {step_ms:.1f} ms; tokens/s at a mean of 2.0 / 2.5 / 3.0 tokens per step (acceptance is not "
           f"measurable without real weights): " + " / ".join(f"{t * 1000 / step_ms:.0f}" for t in (2.0, 2.5, 3.0)))
+    print(f"\nDraftVocab, MTP={a.mtp}: the drafter's lm_head over the tokenizer's first K ids, on the busiest rank "
+          f"(rank 0 holds ids 0..{-(-m.vocab_size // a.tp) - 1}); answers unchanged, acceptance assumed unchanged:")
+    print("| K | drafter lm_head rows per pass | step GB | step ms | tokens/s at 2.5 per step | vs whole vocabulary |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for hot in [None, *(int(x) for x in a.draft_vocab.split(","))]:
+        rows = None if hot is None else busiest_rank_rows(m.vocab_size, a.tp, hot)
+        cut = decode_step(m, hw, a.tp, a.mtp, a.context, rows)
+        ms = cut["memory time (ms)"] + cut["all-reduces (ms)"]
+        print(f"| {'all' if hot is None else hot} | {m.vocab_size // a.tp if rows is None else rows} | "
+              f"{cut['bytes (GB)']:.2f} | {ms:.1f} | {2.5 * 1000 / ms:.0f} | {step_ms / ms:.2f}x |")
     print("\nTime to first token (one request), stock Triton (FMA attention) vs TensorCore75 (mma attention):")
     print("| prompt | GEMMs (s) | GDN (s) | all-reduces (s) | attention FMA (s) | TTFT FMA (s) | attention mma (s) "
           "| TTFT mma (s) | ratio |")

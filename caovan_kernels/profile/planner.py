@@ -15,7 +15,8 @@ from caovan_kernels.contract import (
     SAMPLING_DECISION,
     SLEEP_MODE_FLAG,
 )
-from caovan_kernels.errors import ProfileError, ProxyConfigError
+from caovan_kernels.draft_vocab import hot_set
+from caovan_kernels.errors import DraftVocabError, ProfileError, ProxyConfigError
 from caovan_kernels.turing import proxy
 
 from . import memory
@@ -355,6 +356,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
              "prefill chunk; bounds the activation peak counted below")
     activations = memory.activation_bytes(m, tp, batched)
     overheads = memory.inside_budget_overheads(cuda_graphs=b.pinned_flag("--enforce-eager") is None)
+    overheads += _draft_vocab_rows(b, m, tp) * m.hidden_size * memory.ENGINE_DTYPE_BYTES
     pool = budget - weights.total - activations - overheads
     b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
                     weights_bytes=weights.total, activation_bytes=activations, overhead_bytes=overheads,
@@ -365,7 +367,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
             f"{_gib(activations)} per GPU exceed the {_gib(budget)} budget; use more GPUs or a smaller quantization")
     b.note("AutoMem budget", _gib(pool), f"per GPU: budget {_gib(budget)} - weights {_gib(weights.total)} - "
            f"activations {_gib(activations)} ({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load "
-           f"and CUDA graphs = {_gib(pool)} for KV cache and GDN state")
+           f"and CUDA graphs (and DraftVocab's rows) = {_gib(pool)} for KV cache and GDN state")
     _vision_tower(b, m, tp, text_only)
 
     target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
@@ -406,6 +408,33 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
                    f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
                    "model's abilities; pin the flag to serve text only")
     return f"{tp}x {gpu.name} sm{gpu.sm}"
+
+
+def _draft_vocab_rows(b: _Builder, m: ModelFacts, tp: int) -> int:
+    """The lm_head rows DraftVocab copies on the busiest GPU (the drafter's hot rows; 0 when it is off). The
+    vocabulary is split into contiguous shards, so a hot set of low ids lands on the first GPU whole."""
+    raw = b.pinned.value("--additional-config")
+    try:
+        spec = hot_set.DraftVocabSpec.parse((json.loads(raw) if raw else {}).get(hot_set.SETTING))
+    except (ValueError, AttributeError):  # not JSON, or not an object: caovan-vllm-serve refuses it first
+        return 0
+    if spec is None or not m.has_mtp:
+        return 0
+    shard = -(-m.vocab_size // tp)
+    try:
+        ids = (range(min(spec.size or 0, m.vocab_size)) if spec.file is None
+               else hot_set.read_ranked_ids(spec.file, m.vocab_size)[:spec.size])
+    except DraftVocabError as exc:
+        b.note("DraftVocab", "not counted", f"{exc}; the engine will refuse it")
+        return 0
+    per_gpu = [0] * tp
+    for token in ids:
+        per_gpu[token // shard] += 1
+    rows = max(per_gpu)
+    b.note("DraftVocab", f"{spec.describe()}", f"the drafter scores {len(ids)} of {m.vocab_size} ids; its hot "
+           f"lm_head rows are copied at load: {rows} on the busiest GPU, "
+           f"{_gib(rows * m.hidden_size * memory.ENGINE_DTYPE_BYTES)}, counted with vLLM's load overheads below")
+    return rows
 
 
 def _prefix_caching(b: _Builder, m: ModelFacts) -> bool:

@@ -147,3 +147,23 @@ def test_sm75_decisions_half_tp2_no_custom_all_reduce_fp16_kv(qwen36_dir, instal
     # The installed vLLM's Triton attention backend really carries the SM89 refusal; the reason says so plainly.
     assert installed_vllm.fp8_kv_min_sm == 89
     assert "refuses an fp8 KV cache" in kv.reason and "SM89" in kv.reason
+
+
+def test_draft_vocab_rows_are_counted_on_the_gpu_that_holds_them(qwen36_dir, installed_vllm, tmp_path):
+    """DraftVocab copies its hot lm_head rows at load. The tokenizer's first 32,768 ids all sit on the first GPU's
+    shard (ids 0..124,159): 32,768 * 5120 * 2 = 335,544,320 B less pool there. A file's ids are counted per shard."""
+    base = build_profile(qwen36_dir, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    config = ["--additional-config", json.dumps({"caovan_draft_vocab": 32768})]
+    hot = build_profile(qwen36_dir, ["--max-num-seqs", "4", *config], TWO_2080TI, installed_vllm)
+    assert base.memory["pool_bytes"] - hot.memory["pool_bytes"] == 335_544_320
+    assert "32768 on the busiest GPU" in hot.decision("DraftVocab").reason
+    spread = tmp_path / "hot.json"
+    spread.write_text(json.dumps(list(range(0, 248_000, 10))))  # 12,416 on the first shard, 12,384 on the second
+    filed = build_profile(qwen36_dir, ["--max-num-seqs", "4", "--additional-config",
+                                       json.dumps({"caovan_draft_vocab": {"file": str(spread)}})],
+                          TWO_2080TI, installed_vllm)
+    assert base.memory["pool_bytes"] - filed.memory["pool_bytes"] == 12_416 * 5120 * 2
+    with_missing = build_profile(qwen36_dir, ["--max-num-seqs", "4", "--additional-config",
+                                              json.dumps({"caovan_draft_vocab": {"file": str(tmp_path / "no")}})],
+                                 TWO_2080TI, installed_vllm)
+    assert "does not exist" in with_missing.decision("DraftVocab").reason
