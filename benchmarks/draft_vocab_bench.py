@@ -73,7 +73,6 @@ def main() -> None:
             ms = timed(lambda: rows.logits(hidden), device, a.repeat)
             print(f"| {batch} | hot {hot} | {ms:.3f} | {rows.bytes / 1e9:.3f} | {rows.bytes / ms / 1e6:.0f} | "
                   f"{whole / ms:.2f}x |")
-            del rows
 
 
 if __name__ == "__main__":
