@@ -211,6 +211,10 @@ class DraftVocabSettings(BaseModel):
     learn_write_every_tokens: int = Field(50_000, ge=1, description="Rewrite the file after this many new tokens "
                                                                     "(and when the daemon stops).")
     learn_batch_s: float = Field(1.0, ge=0, description="Count the replies queued over this long in one batch.")
+    learn_min_tokens: int = Field(20_000, ge=1, description='Tokens counted before {"setting": "learnt"} is taken.')
+    learn_coverage: float = Field(0.999, gt=0, le=1, description='The learnt hot vocabulary: the fewest most '
+                                                                  'frequent ids that cover this share of the counted '
+                                                                  'tokens.')
 
 
 class CanarySettings(BaseModel):

@@ -16,7 +16,7 @@ from typing import Any
 import caovan_kernels
 from caovan_manager.broadcaster import Broadcaster
 from caovan_manager.config import Settings, engine_environment
-from caovan_manager.engine.launch import EngineTarget
+from caovan_manager.engine.launch import EngineTarget, draft_vocab_in
 from caovan_manager.engine.process import (
     EXIT_WAIT_S,
     SIGKILL_WAIT_S,
@@ -25,7 +25,7 @@ from caovan_manager.engine.process import (
 from caovan_manager.keys import exposure_warnings
 from caovan_manager.masking import Masker
 from caovan_manager.metrics import DaemonMetrics
-from caovan_manager.models.catalog import Catalog, build_catalog
+from caovan_manager.models.catalog import Catalog, ModelEntry, build_catalog
 from caovan_manager.models.owner import PlacementOwner
 from caovan_manager.models.placement import Preload
 from caovan_manager.models.router import ModelRouter
@@ -35,7 +35,7 @@ from caovan_manager.proxy.relay import OpenAIRelay
 from caovan_manager.proxy.upstream import make_socket_folder, remove_socket_folder
 from caovan_manager.store import Store
 from caovan_manager.supervisor.activation import PluginChoice
-from caovan_manager.supervisor.messages import StopCommand
+from caovan_manager.supervisor.messages import DraftSetting, StopCommand
 from caovan_manager.supervisor.recent import RecentEvents
 from caovan_manager.supervisor.state import State
 
@@ -108,8 +108,7 @@ class Daemon:
                 entry, self.settings, routed=self.catalog.routed, store=self.store, plugins=self.plugins,
                 masker=self.masker, metrics=self.metrics, events=self.events, run_ids=lambda: next(run_ids),
                 bundled_version=self.bundled_version, plugin=plugin, socket_folder=self.socket_folder,
-                # A hot vocabulary is a model's token ids: the kept DraftVocab setting is the primary model's.
-                draft_vocab=self.store.draft_vocab() if entry is self.catalog.primary else None)
+                draft_vocab=self._draft_vocab(entry))
         self.placement = PlacementOwner(self.catalog, self.slots, self.settings.swap, self.events)
         self.router = ModelRouter(self.catalog, self.slots)
         self.relay.start(self.router)
@@ -145,6 +144,12 @@ class Daemon:
             await slot.tally.aclose()
             slot.sink.close()
         self.store.close()
+
+    def _draft_vocab(self, entry: ModelEntry) -> DraftSetting:
+        """The DraftVocab setting a model's engines start with: the one the daemon kept for it (a verified switch,
+        or off), else what its engine arguments say."""
+        found, kept = self.store.draft_vocab(entry.name)
+        return kept if found else draft_vocab_in(entry.target.args)
 
     async def _stop_slot(self, slot: ModelSlot) -> None:
         await slot.supervisor.command(StopCommand("daemon shutting down"))

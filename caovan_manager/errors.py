@@ -13,7 +13,8 @@
         ├── NotRelayed          a path or method below /v1 that is not relayed (proxy.allowlist), 404 / 405
         ├── UnknownModel        a model that is not configured, 404
         ├── BadRouteRequest     a /v1 body the daemon cannot read the model from (models.router), 400 / 404
-        └── Unavailable         no engine can serve the request now (proxy.gate), 503 with Retry-After
+        ├── Unavailable         no engine can serve the request now (proxy.gate), 503 with Retry-After
+        └── NothingLearnt       DraftVocab's learnt hot vocabulary asked for before enough was counted, 409
 
 Where a builtin base was part of a class's meaning (a ValueError for bad input, a LookupError for a missing name)
 it is kept, so `except ValueError` around a parser still works.
@@ -107,6 +108,12 @@ class BadRouteRequest(RequestRefused):
 
     def document(self) -> dict[str, Any]:
         return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}}
+
+
+class NothingLearnt(RequestRefused):
+    """The learnt hot vocabulary cannot be used yet (counting is off, or too few tokens were counted)."""
+
+    status = 409
 
 
 class Unavailable(RequestRefused):

@@ -93,14 +93,23 @@ class Store:
     def save_active_version(self, version: str | None) -> None:
         self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('active_version', ?)", (version,))
 
-    def draft_vocab(self) -> int | str | dict[str, Any] | None:
-        """The DraftVocab setting a verified switch kept (None: off)."""
-        row = self._db.execute("SELECT value FROM settings WHERE name = 'draft_vocab'").fetchone()
-        return json.loads(row[0]) if row and row[0] is not None else None
+    def draft_vocab(self, model: str) -> tuple[bool, Any]:
+        """(True, the DraftVocab setting the daemon keeps for this model: a verified switch's, or None once turned
+        off), or (False, None) when it never kept one. Per model: a hot vocabulary is one model's token ids."""
+        row = self._db.execute("SELECT value FROM settings WHERE name = ?", (f"draft_vocab:{model}",)).fetchone()
+        return (True, json.loads(row[0])) if row else (False, None)
 
-    def save_draft_vocab(self, setting: int | str | dict[str, Any] | None) -> None:
-        self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES ('draft_vocab', ?)",
-                         (None if setting is None else json.dumps(setting),))
+    def save_draft_vocab(self, model: str, setting: Any) -> None:
+        self._db.execute("INSERT OR REPLACE INTO settings (name, value) VALUES (?, ?)",
+                         (f"draft_vocab:{model}", json.dumps(setting)))
+
+    def draft_vocab_switches(self, limit: int) -> list[dict[str, Any]]:
+        """The latest DraftVocab switches, newest first (kept with the plugin activations)."""
+        rows = self._rows("SELECT * FROM activations WHERE json_extract(details, '$.kind') = 'draft_vocab' "
+                          "ORDER BY id DESC LIMIT ?", limit)
+        for row in rows:
+            row["details"] = json.loads(row["details"])
+        return rows
 
     def _trim(self, table: str) -> None:
         self._db.execute(f"DELETE FROM {table} WHERE id <= (SELECT MAX(id) FROM {table}) - ?", (RETAIN,))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,23 @@ def register() -> list[str]:
     from vllm import ModelRegistry
 
     names = []
-    for name, module in DRAFTERS.items():
-        if module == "qwen3_5_mtp" and importlib.util.find_spec("torchvision") is None:
-            continue  # importing it would fail on torchvision, after transformers has warned about it in the log
-        try:
-            base = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), name)
-        except (ImportError, AttributeError):
-            continue
-        ModelRegistry.register_model(name, drafter_class(base))
-        names.append(name)
+    registry_log = logging.getLogger("vllm.model_executor.models.registry")
+    quiet = registry_log.level
+    # vLLM 0.21 warns that a name it has "will be overwritten": here that is the point, and the class behaves as
+    # vLLM's own unless caovan_draft_vocab is set (then the DraftVocab line says so).
+    registry_log.setLevel(logging.ERROR)
+    try:
+        for name, module in DRAFTERS.items():
+            if module == "qwen3_5_mtp" and importlib.util.find_spec("torchvision") is None:
+                continue  # importing it would fail on torchvision, after transformers has warned about it in the log
+            try:
+                base = getattr(importlib.import_module(f"vllm.model_executor.models.{module}"), name)
+            except (ImportError, AttributeError):
+                continue
+            ModelRegistry.register_model(name, drafter_class(base))
+            names.append(name)
+    finally:
+        registry_log.setLevel(quiet)
     return names
 
 
@@ -64,6 +73,7 @@ def drafter_class(base: type) -> type:
             # vLLM gives the drafter the target's lm_head once both are loaded: copy its hot rows then, so that the
             # copy is in vLLM's memory profile (it is taken before the KV cache is sized).
             if name == "lm_head" and self.__dict__.get("_caovan_hot") is not None:
+                self._caovan_refused = False  # a new head is judged afresh
                 self._caovan_take_rows()
 
         def compute_logits(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor | None:
@@ -77,9 +87,9 @@ def drafter_class(base: type) -> type:
                 local = tensor_model_parallel_all_gather(local, dim=-1)
             return local[..., :self._caovan_hot.vocab_size]
 
-        def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        def get_top_tokens(self, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
             if self._caovan_current_rows() is None:
-                return super().get_top_tokens(hidden_states)
+                return super().get_top_tokens(hidden_states, *args, **kwargs)
             return self.compute_logits(hidden_states).argmax(dim=-1)
 
         def _caovan_current_rows(self) -> HotRows | None:
@@ -113,7 +123,7 @@ def drafter_class(base: type) -> type:
 def hot_vocab_for(vllm_config: Any) -> HotVocab | None:
     """The hot vocabulary this launch asks for (None: caovan_draft_vocab unset, or the plugin switched off)."""
     extra = getattr(vllm_config, "additional_config", None) or {}
-    if extra.get("caovan") is False:
+    if "caovan" in extra and not extra["caovan"]:  # the plugin switched off: vLLM's drafter as it is
         return None
     spec = DraftVocabSpec.parse(extra.get(SETTING))
     if spec is None:
@@ -142,9 +152,13 @@ def _unusable_head(head: Any, logits_processor: Any) -> str:
 
 
 def _detail(hot: HotVocab, rows: HotRows) -> str:
+    """What this rank reads: its own shard's hot rows (with tensor parallelism the low ids all sit on the first
+    rank, which then sets the pace)."""
     extra = len(hot.ids) - hot.ranked
-    return (f"{hot.ranked} ids by {hot.source} + {extra} control tokens; {hot.reduction:.1f}x fewer lm_head rows per "
-            f"draft pass; {rows.bytes / 2**20:.1f} MiB of copied rows on this rank")
+    read = rows.index.numel()
+    fewer = f"{rows.width / read:.1f}x fewer" if read else "none"
+    return (f"{hot.ranked} ids by {hot.source} + {extra} control tokens; this rank reads {read} of its {rows.width} "
+            f"lm_head rows per draft pass ({fewer}), {rows.bytes / 2**20:.1f} MiB copied")
 
 
 def _announce(verdict: DraftVocabVerdict) -> None:

@@ -52,7 +52,9 @@ class DraftVocabSpec:
             return cls(_size(value, where), None)
         if isinstance(value, str):
             text = value.strip()
-            return cls(_size(int(text), where), None) if text.isdigit() else cls(None, Path(text).expanduser())
+            if text.isascii() and text.isdigit():  # not "²": str.isdigit takes any digit int() refuses
+                return cls(_size(int(text), where), None)
+            return cls(None, Path(text).expanduser())
         if isinstance(value, dict):
             unknown = sorted(set(value) - {"size", "file"})
             if unknown:
@@ -74,6 +76,12 @@ class DraftVocabSpec:
         source = TOKENIZER_ORDER if self.file is None else f"file {self.file}"
         return source if self.size is None else f"{self.size} ids by {source}"
 
+    def setting(self) -> int | dict[str, Any]:
+        """The one value caovan_draft_vocab takes for this spec (so that two spellings of it compare equal)."""
+        if self.file is None:
+            return int(self.size)
+        return {"file": str(self.file)} if self.size is None else {"file": str(self.file), "size": self.size}
+
 
 @dataclass(frozen=True)
 class HotVocab:
@@ -84,11 +92,6 @@ class HotVocab:
     vocab_size: int
     ranked: int
     source: str
-
-    @property
-    def reduction(self) -> float:
-        """How many times fewer lm_head rows a drafter pass reads."""
-        return self.vocab_size / len(self.ids)
 
 
 def build(spec: DraftVocabSpec, vocab_size: int, always: Iterable[int]) -> HotVocab:
@@ -108,6 +111,10 @@ def build(spec: DraftVocabSpec, vocab_size: int, always: Iterable[int]) -> HotVo
                               f"drafter would read its whole lm_head anyway; give a smaller size or leave it unset")
     extra = {i for i in always if 0 <= i < vocab_size} - set(ranked)
     ids = tuple(sorted(set(ranked) | extra))
+    if len(ids) >= vocab_size:
+        raise DraftVocabError(f"{SETTING}: the hot vocabulary ({source}) holds every id of the model's {vocab_size}: "
+                              "the drafter would read its whole lm_head anyway; give a size (how many of the file's "
+                              'ids to take: {"file": ..., "size": N})')
     return HotVocab(ids, vocab_size, len(ranked), source)
 
 
@@ -130,8 +137,11 @@ def read_ranked_ids(path: Path, vocab_size: int) -> list[int]:
     seen: dict[int, None] = {}
     for position, value in enumerate(ids):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < vocab_size:
-            raise DraftVocabError(f"{where}: entry {position} is {value!r}, not a token id of this model (0 to "
-                                  f"{vocab_size - 1}): was the file written for another model?")
+            shown = repr(value) if isinstance(value, int) else f"a {type(value).__name__}"  # never echo file text
+            raise DraftVocabError(f"{where}: entry {position} is {shown}, not a token id of this model (0 to "
+                                  f"{vocab_size - 1}): was the file written for another model? Give this model's "
+                                  f"file, or turn DraftVocab off (the daemon: POST /draft-vocab "
+                                  '{"setting": null})')
         seen.setdefault(value, None)
     return list(seen)
 

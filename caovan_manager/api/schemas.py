@@ -164,6 +164,8 @@ class DraftVocabState(Strict):
     setting: Any = Field(description="The kept caovan_draft_vocab setting engines start with (null: off).")
     engine: dict[str, Any] | None = Field(description="The running engine's DraftVocab line (null: none logged).")
     switch_in_progress: bool
+    last_switch: dict[str, Any] | None = Field(description="The latest switch's verdict: outcome, reason, both "
+                                                           "measurements.")
     learnt: dict[str, Any] = Field(description="The count of relayed reply tokens behind the learnt hot vocabulary: "
                                                "whether it counts (why not), its file, tokens, replies, skipped.")
     history: list[dict[str, Any]] | None = None

@@ -30,9 +30,9 @@ from caovan_manager.metrics import ModelMetrics
 from caovan_manager.proxy.gate import Gate
 from caovan_manager.proxy.upstream import Upstream, open_upstream
 from caovan_manager.store import Store
-from caovan_manager.supervisor.activation import DraftSetting
 from caovan_manager.supervisor.messages import (
     CanaryChecked,
+    DraftSetting,
     Drained,
     Exited,
     LogLine,
@@ -48,10 +48,11 @@ from caovan_manager.supervisor.messages import (
 )
 
 from . import probe
-from .launch import EngineTarget, build_launch, option_value, with_additional_config
+from .launch import EngineTarget, build_launch, draft_vocab_in, option_value, with_additional_config
 from .process import EngineProcess
 
 logger = logging.getLogger("caovan.canary")
+switch_logger = logging.getLogger("caovan.activation")
 
 
 @dataclass
@@ -132,7 +133,7 @@ class EngineEffects:
             target = self.target
             if fallback:  # after the engine's own arguments: argparse keeps an option's last value
                 target = dataclasses.replace(target, args=[*target.args, *self.settings.canary.fallback_args])
-            if draft_vocab is not None:
+            if draft_vocab != draft_vocab_in(target.args):  # the daemon's kept setting wins, off included
                 target = dataclasses.replace(target, args=with_additional_config(
                     target.args, {hot_set.SETTING: draft_vocab}))
             spec = build_launch(self.settings, target, run.upstream.socket_path, cwd, site)
@@ -360,17 +361,21 @@ class EngineEffects:
         self.metrics.restarted(cause)
 
     def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
-                          details: dict[str, Any]) -> None:
+                          details: dict[str, Any], subject: str) -> None:
         reason, details = self.masker.text(reason), self.masker.deep(details)
         self.store.record_activation(from_version, to_version, outcome, reason, details)
         self.events.publish({"type": "activation", "time": time.time(), "from_version": from_version,
                              "to_version": to_version, "outcome": outcome, "reason": reason, "details": details})
+        line = f"caovan: {subject}: {outcome.replace('_', ' ')}: {reason}"
+        self.sink.write(line, source="daemon")
+        switch_logger.log(logging.INFO if outcome == "activated" else logging.WARNING, "%s (model %s)", line,
+                          self.metrics.name)
 
     def save_active_version(self, version: str | None) -> None:
         self.store.save_active_version(version)
 
     def save_draft_vocab(self, setting: DraftSetting) -> None:
-        self.store.save_draft_vocab(setting)
+        self.store.save_draft_vocab(self.metrics.name, setting)
 
     def record_canary(self, verdict: CanaryVerdict, degraded: bool) -> None:
         self.metrics.canary_checked(verdict, degraded)

@@ -12,8 +12,11 @@ from typing import Any
 
 import caovan_kernels
 from caovan_kernels import contract
+from caovan_kernels.draft_vocab import hot_set
+from caovan_kernels.errors import DraftVocabError
 from caovan_manager.config import Settings, engine_environment
 from caovan_manager.errors import ConfigError
+from caovan_manager.supervisor.messages import DraftSetting
 
 from .process import LaunchSpec
 
@@ -96,6 +99,18 @@ def with_additional_config(args: list[str], keys: dict[str, Any]) -> list[str]:
     if not isinstance(merged, dict):
         raise ConfigError(f"the engine arguments' --additional-config is {given!r}, not a JSON object")
     return [*args, "--additional-config", json.dumps({**merged, **keys})]
+
+
+def draft_vocab_in(args: list[str]) -> DraftSetting:
+    """The caovan_draft_vocab setting engine arguments give (canonical; None: off, or not readable, which
+    caovan-vllm-serve then refuses with the reason)."""
+    given = option_value(args, "--additional-config")
+    try:
+        extra = json.loads(given) if given else {}
+        spec = hot_set.DraftVocabSpec.parse(extra.get(hot_set.SETTING)) if isinstance(extra, dict) else None
+    except (ValueError, DraftVocabError):
+        return None
+    return None if spec is None else spec.setting()
 
 
 def option_value(args: list[str], option: str) -> str | None:

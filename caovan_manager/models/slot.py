@@ -21,9 +21,10 @@ from caovan_manager.proxy.routes import Route
 from caovan_manager.proxy.sampling import greedy_only_reason
 from caovan_manager.proxy.token_tally import TokenTally
 from caovan_manager.store import Store
-from caovan_manager.supervisor.activation import DraftSetting, PluginChoice
+from caovan_manager.supervisor.activation import PluginChoice
 from caovan_manager.supervisor.actor import Supervisor
 from caovan_manager.supervisor.machine import Machine
+from caovan_manager.supervisor.messages import DraftSetting
 
 from .catalog import ModelEntry
 

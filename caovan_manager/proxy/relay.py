@@ -170,7 +170,11 @@ class _Exchange:
         await self.send({"type": "http.response.start", "status": response.status, "headers": headers})
         await self.send({"type": "http.response.body", "body": content})
         if self.reply is not None:
-            self.reply.append(content)
+            if len(content) <= self.route.tally.reply_cap:
+                self.reply.append(content)
+            else:
+                self.reply = None
+                self.route.tally.skip()
 
     async def connect(self) -> bool:
         """Admission, then the request to the engine up to its response headers; False if answered with an error."""
@@ -224,6 +228,7 @@ class _Exchange:
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         first = True
         reply = self.reply
+        kept, cap = 0, self.route.tally.reply_cap if reply is not None else 0
         try:
             async for chunk in response.content.iter_any():
                 if first:
@@ -233,6 +238,10 @@ class _Exchange:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 if reply is not None:
                     reply.append(chunk)
+                    kept += len(chunk)
+                    if kept > cap:  # held no longer than the tally could take it
+                        reply = self.reply = None
+                        self.route.tally.skip()
         except ENGINE_FAILURES as exc:
             self.status = "502"
             error = {"error": {"message": _failure(exc), "type": "engine_error", "code": 502}}

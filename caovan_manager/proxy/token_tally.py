@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 
 from caovan_kernels.draft_vocab import hot_set
 from caovan_manager.config import DraftVocabSettings
+from caovan_manager.errors import NothingLearnt
 
 logger = logging.getLogger("caovan.draft_vocab")
 
@@ -58,6 +59,8 @@ class TokenTally:
         self._queue: collections.deque[list[bytes]] = collections.deque()
         self._queued_bytes = 0
         self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()  # one count or write at a time: the worker thread owns the counts meanwhile
         self._task: asyncio.Task | None = None
         self._tokenizer, self.why_not = _tokenizer(model_dir) if settings.learn else (None, "draft_vocab.learn is off")
         if self._tokenizer is not None:
@@ -71,11 +74,20 @@ class TokenTally:
         """Whether the relay should hand this exchange's reply over (cheap: it runs per request)."""
         return self._tokenizer is not None and label in COUNTED_LABELS
 
+    @property
+    def reply_cap(self) -> int:
+        """The most bytes of one reply the relay keeps for counting: one that could never be queued is let go."""
+        return self.settings.learn_queue_bytes
+
+    def skip(self) -> None:
+        """A reply the relay let go uncounted (longer than reply_cap)."""
+        self.dropped += 1
+
     def offer(self, chunks: list[bytes]) -> None:
-        """A finished reply's chunks (as sent to the client); dropped when the queue holds too many bytes."""
+        """A finished reply's chunks (as sent to the client); skipped when the queue holds too many bytes."""
         size = sum(len(chunk) for chunk in chunks)
         if self._queued_bytes + size > self.settings.learn_queue_bytes:
-            self.dropped += 1
+            self.skip()
             return
         self._queue.append(chunks)
         self._queued_bytes += size
@@ -86,15 +98,28 @@ class TokenTally:
             self._task = asyncio.get_running_loop().create_task(self._run(), name=f"token tally {self.model}")
 
     async def aclose(self) -> None:
-        """Count what is queued, write the file, stop."""
+        """Count what is queued, write the file, stop (the worker finishes its batch: no count runs twice)."""
         if self._task is None:
             return
-        self._task.cancel()
-        await asyncio.gather(self._task, return_exceptions=True)
+        self._stop.set()
+        self._wake.set()
+        await self._task
         self._task = None
-        await self._count_queued()
-        if self._since_write:
+
+    async def learnt(self) -> tuple[Path, int]:
+        """The hot-vocabulary file as counted up to now (written first) and how many of its ids, most frequent first,
+        cover draft_vocab.learn_coverage of the counted tokens."""
+        if not self.counting:
+            raise NothingLearnt(f"nothing is learnt for {self.model}: {self.why_not}")
+        if self.counted < self.settings.learn_min_tokens:
+            raise NothingLearnt(f"{self.counted} tokens of {self.model}'s replies counted so far, "
+                                f"draft_vocab.learn_min_tokens = {self.settings.learn_min_tokens} needed: serve more "
+                                f"through the daemon and retry (GET /draft-vocab shows the count)")
+        async with self._lock:
+            await self._count_queued()
             await asyncio.to_thread(self._write)
+            ranked = [count for _, count in self.counts.most_common()]
+        return self.file, coverage_size(ranked, self.settings.learn_coverage)
 
     def view(self) -> TallyView:
         return TallyView(self.counting, self.why_not, str(self.file), self.counted, self.replies, self.dropped)
@@ -104,11 +129,25 @@ class TokenTally:
             await self._wake.wait()
             # Replies counted in batches: one worker-thread call (and one tokenizer batch, which runs in parallel
             # outside the GIL) per draft_vocab.learn_batch_s, not one per reply.
-            await asyncio.sleep(self.settings.learn_batch_s)
+            if not self._stop.is_set():
+                try:
+                    await asyncio.wait_for(self._stop.wait(), self.settings.learn_batch_s)
+                except asyncio.TimeoutError:
+                    pass
             self._wake.clear()
-            await self._count_queued()
-            if self._since_write >= self.settings.learn_write_every_tokens:
-                await asyncio.to_thread(self._write)
+            stopping = self._stop.is_set()  # then this is the last batch: count what is queued and write
+            try:
+                async with self._lock:
+                    await self._count_queued()
+                    if self._since_write >= self.settings.learn_write_every_tokens or (stopping and self._since_write):
+                        await asyncio.to_thread(self._write)
+            except Exception as exc:  # noqa: BLE001 - counting stops, said in /draft-vocab; the relay goes on
+                logger.warning("DraftVocab: counting the replies of %s stopped: %s", self.model, exc)
+                self.why_not = f"counting stopped after an error: {exc}"
+                self._tokenizer = None
+                return
+            if stopping:
+                return
 
     async def _count_queued(self) -> None:
         batch = []
@@ -145,7 +184,8 @@ class TokenTally:
         try:
             body = json.loads(self.file.read_text())
             ids, counts = body.get("ids") or [], body.get("counts") or []
-            if body.get("format") == hot_set.FILE_FORMAT and body.get("model") == self.model and len(ids) == len(counts):
+            ours = body.get("format") == hot_set.FILE_FORMAT and body.get("model") == self.model
+            if ours and len(ids) == len(counts):
                 self.counts.update(dict(zip(ids, counts)))
                 self.counted = sum(self.counts.values())
                 self.replies = int(body.get("replies", 0))
@@ -157,6 +197,16 @@ class TokenTally:
 # scan of the reply instead of a JSON parse per event (five times cheaper; the tally runs beside the relay). A
 # chat's logprobs "content" is a list and an unset field null: neither matches.
 _GENERATED = re.compile(rb'"(?:content|text|reasoning_content|reasoning)"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def coverage_size(counts: list[int], coverage: float) -> int:
+    """How many of the ids counted `counts` times (most frequent first) cover `coverage` of all their tokens."""
+    need, covered = coverage * sum(counts), 0
+    for size, count in enumerate(counts, start=1):
+        covered += count
+        if covered >= need:
+            return size
+    return len(counts)
 
 
 def reply_text(body: bytes) -> str:

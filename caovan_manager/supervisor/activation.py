@@ -12,15 +12,13 @@ from typing import Any, Literal
 
 from caovan_manager.config import PluginSettings
 
-from .messages import Measurement
+from .messages import DraftSetting, Measurement
 
 # baseline: measuring the current version; switch: restarting on the new one; verify: checking banner and speed;
 # rollback: restarting on the previous version.
 Phase = Literal["baseline", "switch", "verify", "rollback"]
 # What the switch changes: the plugin version, or the caovan_draft_vocab setting the engine starts with.
 Kind = Literal["plugin", "draft_vocab"]
-# A caovan_draft_vocab value as --additional-config takes it (a size, a file path, {"size", "file"}); None = off.
-DraftSetting = int | str | dict[str, Any] | None
 
 
 @dataclass
@@ -85,12 +83,10 @@ def regression(baseline: Measurement | None, new: Measurement, settings: PluginS
     return _acceptance_loss(baseline, new, margin_acc)
 
 
-def draft_vocab_shortfall(baseline: Measurement | None, new: Measurement, settings: PluginSettings) -> str:
+def draft_vocab_shortfall(baseline: Measurement, new: Measurement, settings: PluginSettings) -> str:
     """Why a DraftVocab setting is not worth keeping ("" if it is): it must make decoding faster (tokens/s above the
     baseline times plugins.draft_vocab_min_speedup) without costing acceptance beyond plugins.acceptance_margin. The
     answers cannot change (the target verifies every draft); only speed and acceptance can."""
-    if baseline is None:
-        return ""
     reasons = [_acceptance_loss(baseline, new, settings.acceptance_margin)]
     floor = baseline.tokens_per_s * settings.draft_vocab_min_speedup
     if not new.tokens_per_s > floor:

@@ -9,8 +9,7 @@ from typing import Any, Protocol
 
 from caovan_manager.canary.verdict import CanaryVerdict, Purpose
 
-from .activation import DraftSetting
-from .messages import Message
+from .messages import DraftSetting, Message
 
 RESTART_CAUSES = ("requested", "crash", "start_failed", "hang", "activation", "rollback", "wake_failed", "canary")
 
@@ -78,7 +77,8 @@ class Effects(Protocol):
         """cause: one of RESTART_CAUSES (a metric label); reason: the full sentence."""
 
     def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
-                          details: dict[str, Any]) -> None: ...
+                          details: dict[str, Any], subject: str) -> None:
+        """A switch's verdict (store, events, log); `subject` names it ("plugin activation A -> B", ...)."""
 
     def save_active_version(self, version: str | None) -> None: ...
 

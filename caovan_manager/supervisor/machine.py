@@ -36,7 +36,7 @@ from caovan_manager.config import CanarySettings, PluginSettings, SupervisorSett
 from caovan_manager.inbox import Outcome
 from caovan_manager.logwatch import events
 
-from .activation import Activation, DraftSetting, PluginChoice, draft_label, draft_vocab_shortfall, regression
+from .activation import Activation, PluginChoice, draft_label, draft_vocab_shortfall, regression
 from .effects import Effects
 from .hang import HangDetector
 from .messages import (
@@ -46,6 +46,7 @@ from .messages import (
     CanaryChecked,
     CanaryCommand,
     CanaryDue,
+    DraftSetting,
     DraftVocabCommand,
     Drained,
     Exited,
@@ -227,6 +228,8 @@ class Machine:
         if self.state is not State.READY or self.run is None:
             return Outcome(False, f"a plugin swap needs a ready engine to compare against; the engine is "
                                   f"{self.state.value}. Start it (POST /start) and retry", conflict=True)
+        if self.canary_running is not None:
+            return self._busy_with_canary()
         self.activation = Activation(self.active_version, cmd.version, from_draft=self.draft_vocab,
                                      to_draft=self.draft_vocab)
         self.fx.measure(self.run.run_id)
@@ -249,6 +252,8 @@ class Machine:
         if self.state is not State.READY or self.run is None:
             return Outcome(False, f"a DraftVocab switch needs a ready engine to compare against; the engine is "
                                   f"{self.state.value}. Start it (POST /start) and retry", conflict=True)
+        if self.canary_running is not None:
+            return self._busy_with_canary()
         self.activation = Activation(self.active_version, self.active_version, kind="draft_vocab",
                                      from_draft=self.draft_vocab, to_draft=cmd.setting)
         self.fx.measure(self.run.run_id)
@@ -498,8 +503,9 @@ class Machine:
                 self._restart_after_canary(f"restarting (canary.action = restart): {why}")
             return True
         if action == "rollback":
+            subject = f"plugin rollback {self._label(self.active_version)} -> {self._label(target)}"
             self.fx.record_activation(self.active_version, target, "rolled_back", f"canary.action = rollback: {why}",
-                                      {"canary": verdict.as_dict()})
+                                      {"canary": verdict.as_dict()}, subject)
             self.active_version = target
             self.fx.save_active_version(target)
             self._restart_after_canary(f"rolling back to plugin version {self._label(target)}, the last whose "
@@ -512,7 +518,14 @@ class Machine:
             return True
         return False  # alert, or a fallback run failing too: it serves, marked degraded
 
+    def _abandon_baseline(self, reason: str) -> None:
+        """A switch still measuring the engine as it runs ends here when that engine goes: nothing was changed."""
+        if self.activation is not None and self.activation.phase == "baseline":
+            self._finish_activation("failed", f"the engine went while it was measured ({reason}); nothing was "
+                                              f"changed: retry once it serves again")
+
     def _restart_after_canary(self, reason: str) -> None:
+        self._abandon_baseline(reason)
         self._note_restart("canary", reason)
         if self.state is State.CHECKING:  # no user request reached it: nothing to drain
             self._stop_then("start", reason)
@@ -579,6 +592,7 @@ class Machine:
     def _engine_failed(self, cause: str, reason: str) -> None:
         """A crash, a failed start or a hang: clean up the group, then retry (or roll back an activation)."""
         self.last_error = reason
+        self._abandon_baseline(reason)
         act = self.activation
         if act is not None and act.phase in ("switch", "verify"):
             act.phase = "rollback"
@@ -623,7 +637,7 @@ class Machine:
     def _finish_activation(self, outcome: str, reason: str) -> None:
         act = self.activation
         self.fx.record_activation(act.from_version, act.to_version, outcome, reason,
-                                  act.details(self.plugin_settings))
+                                  act.details(self.plugin_settings), self._switch_label(act))
         self.activation = None
 
     # Checks -----------------------------------------------------------------------------------------------------------
@@ -642,7 +656,9 @@ class Machine:
         """The engine logs its DraftVocab line while it builds the drafter, before it serves: it must say active."""
         line = self.run.markers.get(contract.DRAFT_VOCAB_MARKER.kind)
         if line is None or not line.active:
-            said = f"it says: {line.detail}" if line is not None else "its log has no DraftVocab line (no MTP drafter?)"
+            said = (f"it says: {line.detail}" if line is not None else
+                    "its log has no DraftVocab line: the engine builds no MTP drafter (give it an MTP "
+                    "--speculative-config) or runs without the plugin (caovan=false)")
             self._rollback(f"the engine did not turn DraftVocab on; {said}")
         else:
             self.fx.measure(self.run.run_id)
@@ -694,6 +710,10 @@ class Machine:
         act = self.activation
         return Outcome(False, f"a {self._switch_label(act)} ({act.phase}) is in progress; wait for it (GET /status) "
                               f"and retry", conflict=True)
+
+    def _busy_with_canary(self) -> Outcome:
+        return Outcome(False, f"a canary run ({self.canary_running}) is checking the engine's answers; retry when its "
+                              f"verdict is in (GET /status, canary)", conflict=True)
 
     def _switch_label(self, act: Activation) -> str:
         if act.kind == "draft_vocab":

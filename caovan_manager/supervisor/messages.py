@@ -41,11 +41,15 @@ class ActivateCommand:
     version: str | None  # None = the plugin bundled with the daemon
 
 
+# A caovan_draft_vocab value as --additional-config takes it (a size, {"file": ..., "size": ...}); None = off.
+DraftSetting = int | str | dict[str, Any] | None
+
+
 @dataclass(frozen=True)
 class DraftVocabCommand:
     """Switch DraftVocab to this caovan_draft_vocab value, verified (POST /draft-vocab); None turns it off."""
 
-    setting: int | str | dict[str, Any] | None
+    setting: DraftSetting
 
 
 @dataclass(frozen=True)

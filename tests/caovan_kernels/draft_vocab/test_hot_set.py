@@ -35,6 +35,7 @@ def test_a_size_a_file_or_both(value: object, size: int | None, file: str | None
 
 @pytest.mark.parametrize(("value", "says"), [
     (True, "give the number of token ids"), (-3, "at least one token id"), ({"sise": 3}, "unknown keys"),
+    ("0000", "at least one token id"),
     ({}, "neither"), ({"size": "many"}, "whole number"), ({"file": 3}, "must be a path"), (2.5, "give a number"),
 ])
 def test_bad_values_say_what_to_give(value: object, says: str) -> None:
@@ -47,12 +48,31 @@ def test_tokenizer_order_takes_the_lowest_ids_and_keeps_the_control_tokens() -> 
     hot = build(DraftVocabSpec(100, None), 1000, always={998, 999, 5, 4000})
     assert hot.ids == tuple(range(100)) + (998, 999)
     assert (hot.ranked, hot.source, hot.vocab_size) == (100, TOKENIZER_ORDER, 1000)
-    assert hot.reduction == pytest.approx(1000 / 102)
 
 
 def test_a_size_not_below_the_vocabulary_is_refused() -> None:
     with pytest.raises(DraftVocabError, match="whole lm_head"):
         build(DraftVocabSpec(1000, None), 1000, always=())
+
+
+def test_a_file_whose_ids_cover_the_vocabulary_needs_a_size(tmp_path: Path) -> None:
+    path = tmp_path / "all.json"
+    path.write_text(json.dumps(list(range(8))))
+    with pytest.raises(DraftVocabError, match="holds every id"):
+        build(DraftVocabSpec(None, path), 10, always={8, 9})
+    assert build(DraftVocabSpec(4, path), 10, always={8, 9}).ids == (0, 1, 2, 3, 8, 9)
+
+
+@pytest.mark.parametrize(("value", "canonical"), [
+    (32768, 32768), ("32768", 32768), ({"size": 32768}, 32768), ("/a/hot.json", {"file": "/a/hot.json"}),
+    ({"file": "/a/hot.json", "size": 5}, {"file": "/a/hot.json", "size": 5}),
+])
+def test_every_spelling_of_a_setting_has_one_canonical_value(value: object, canonical: object) -> None:
+    assert DraftVocabSpec.parse(value).setting() == canonical
+
+
+def test_digits_of_other_scripts_are_a_path_not_a_size() -> None:
+    assert DraftVocabSpec.parse("²") == DraftVocabSpec(None, Path("²"))
 
 
 def test_a_file_round_trips_ranked_and_a_size_takes_its_head(tmp_path: Path) -> None:
@@ -74,7 +94,7 @@ def test_a_bare_list_is_a_file_too_and_duplicates_are_dropped(tmp_path: Path) ->
 
 @pytest.mark.parametrize(("text", "says"), [
     (None, "does not exist"), ("not json", "cannot be read as JSON"), ("[]", "holds no ids"),
-    ('{"ids": 3}', "holds no ids"), ("[1, 10]", "entry 1 is 10"), ('[1, "2"]', "entry 1 is '2'"),
+    ('{"ids": 3}', "holds no ids"), ("[1, 10]", "entry 1 is 10"), ('[1, "2"]', "entry 1 is a str"),
     ("[true]", "entry 0 is True"),
 ])
 def test_a_bad_file_says_where_and_what(tmp_path: Path, text: str | None, says: str) -> None:

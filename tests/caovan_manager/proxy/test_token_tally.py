@@ -13,7 +13,8 @@ from tokenizers import Tokenizer
 
 from caovan_kernels.draft_vocab.hot_set import read_ranked_ids
 from caovan_manager.config import DraftVocabSettings
-from caovan_manager.proxy.token_tally import TokenTally, reply_text
+from caovan_manager.errors import NothingLearnt
+from caovan_manager.proxy.token_tally import TokenTally, coverage_size, reply_text
 from tests.support.served import served_daemon
 
 from .test_relay import CHAT, PacedEngine
@@ -96,3 +97,34 @@ def test_the_relay_hands_over_what_it_streamed(demo_model_dir: Path, tmp_path: P
         assert served.wait_for(lambda: tally.view().counted_tokens == expected), tally.view()
         state = httpx.get(f"{served.url}/draft-vocab").json()
         assert state["learnt"]["counting"] and state["learnt"]["replies"] == 1, state
+
+
+@pytest.mark.parametrize(("counts", "coverage", "size"), [
+    ([5, 3, 1, 1], 0.8, 2), ([5, 3, 1, 1], 1.0, 4), ([5, 3, 1, 1], 0.5, 1), ([1], 0.999, 1),
+])
+def test_the_learnt_size_is_the_fewest_ids_covering_the_share(counts: list[int], coverage: float, size: int) -> None:
+    assert coverage_size(counts, coverage) == size
+
+
+def test_the_learnt_hot_vocabulary_waits_for_enough_tokens(demo_model_dir: Path, tmp_path: Path) -> None:
+    async def go() -> None:
+        tally = TokenTally("demo", demo_model_dir, tmp_path / "demo.json",
+                           DraftVocabSettings(learn_min_tokens=10, learn_batch_s=0, learn_coverage=0.5))
+        tally.start()
+        with pytest.raises(NothingLearnt, match="0 tokens of demo's replies counted so far"):
+            await tally.learnt()
+        tally.offer([sse({"delta": {"content": "the cat sat on the mat and the dog sat on the cat " * 3}})])
+        for _ in range(200):
+            if tally.view().counted_tokens:
+                break
+            await asyncio.sleep(0.05)
+        assert tally.view().counted_tokens >= 10, tally.view()
+        file, size = await tally.learnt()
+        body = json.loads(file.read_text())
+        assert 0 < size < len(body["ids"]) and sum(body["counts"][:size]) >= 0.5 * sum(body["counts"])
+        assert sum(body["counts"][:size - 1]) < 0.5 * sum(body["counts"])
+        await tally.aclose()
+    asyncio.run(go())
+    off = TokenTally("demo", None, tmp_path / "x.json", DraftVocabSettings())
+    with pytest.raises(NothingLearnt, match="local folder"):
+        asyncio.run(off.learnt())

@@ -43,8 +43,8 @@ class RecordingEffects(Effects):
         self._record("record_restart", run_id, cause, reason)
 
     def record_activation(self, from_version: str | None, to_version: str | None, outcome: str, reason: str,
-                          details: dict[str, Any]) -> None:
-        self._record("record_activation", from_version, to_version, outcome, reason, details)
+                          details: dict[str, Any], subject: str) -> None:
+        self._record("record_activation", from_version, to_version, outcome, reason, details, subject)
 
     def save_active_version(self, version: str | None) -> None: self._record("save_active_version", version)
     def save_draft_vocab(self, setting: Any) -> None: self._record("save_draft_vocab", setting)

@@ -10,8 +10,12 @@ from caovan_manager.logwatch.events import PluginDraftVocab
 from caovan_manager.supervisor.machine import Machine
 from caovan_manager.supervisor.messages import (
     ActivateCommand,
+    BackoffElapsed,
+    CanaryChecked,
+    CanaryCommand,
     DraftVocabCommand,
     Drained,
+    Exited,
     LogLine,
     Measured,
     Measurement,
@@ -20,6 +24,7 @@ from caovan_manager.supervisor.messages import (
 )
 from caovan_manager.supervisor.state import State
 
+from . import test_machine_canary
 from .fakes import RecordingEffects
 from .test_machine import Clock, ready
 
@@ -137,3 +142,57 @@ def test_off_needs_no_proof_and_a_busy_or_idle_engine_is_answered(fx):
     m2.handle(Drained(run, 0))
     m2.handle(StoppedGroup(run))
     assert m2.fx.calls[-3] == ("spawn", run + 1, None)
+
+
+def test_an_engine_that_dies_while_measured_ends_the_switch_unchanged(fx):
+    m = make(fx)
+    old = ready(m, fx)
+    assert m.handle(DraftVocabCommand(256)).accepted
+    m.handle(Exited(old, -9, "killed"))
+    result, reason, _ = outcome(fx)
+    assert result == "failed" and "nothing was changed" in reason and m.activation is None
+    m.handle(StoppedGroup(old))
+    m.handle(BackoffElapsed(old))
+    assert fx.calls[-3] == ("spawn", old + 1, None)  # restarted as it was
+
+
+def test_a_crash_of_the_new_engine_rolls_back_to_the_setting_before(fx):
+    m = Machine(RecordingEffects(), make(fx).settings, PluginSettings(), CanarySettings(enabled=False), Clock(),
+                bundled_version="0.1.0", draft_vocab=512)
+    fx = m.fx
+    old = ready(m, fx)
+    m.handle(DraftVocabCommand(256))
+    m.handle(Measured(old, BASE))
+    m.handle(Drained(old, 0))
+    m.handle(StoppedGroup(old))
+    new = m.run.run_id
+    m.handle(Exited(new, 1, "boom"))
+    assert m.activation.phase == "rollback"
+    m.handle(StoppedGroup(new))
+    assert fx.calls[-3] == ("spawn", new + 1, None, ("draft_vocab", 512))
+
+
+def test_a_plugin_activation_rolled_back_keeps_the_draft_vocab_setting(fx):
+    m = Machine(fx, make(fx).settings, PluginSettings(), CanarySettings(enabled=False), Clock(),
+                bundled_version="0.1.0", draft_vocab=512)
+    old = ready(m, fx)
+    m.handle(ActivateCommand("0.2.0"))
+    m.handle(Measured(old, BASE))
+    m.handle(Drained(old, 0))
+    m.handle(StoppedGroup(old))
+    new = m.run.run_id
+    assert fx.calls[-3] == ("spawn", new, "0.2.0", ("draft_vocab", 512))
+    m.handle(Exited(new, 1, "boom"))
+    m.handle(StoppedGroup(new))
+    assert fx.calls[-3] == ("spawn", new + 1, None, ("draft_vocab", 512)) and m.draft_vocab == 512
+
+
+def test_no_switch_starts_while_a_canary_checks_the_engine(fx):
+    m = test_machine_canary.make(fx)
+    run_id = test_machine_canary.ready(m, fx)
+    assert m.handle(CanaryCommand()).accepted and m.canary_running == "on_demand"
+    for command in (DraftVocabCommand(256), ActivateCommand("0.2.0")):
+        refused = m.handle(command)
+        assert refused.conflict and "canary run (on_demand)" in refused.message
+    m.handle(CanaryChecked(run_id, test_machine_canary.passed("on_demand")))
+    assert m.handle(DraftVocabCommand(256)).accepted
