@@ -16,12 +16,24 @@ _spec.loader.exec_module(projection)
 def test_a_decode_step_reads_the_lm_head_once_per_pass_and_the_awq_weights_once():
     m, hw = projection._model(projection.REAL_CONFIG), projection.Turing()
     step = projection.decode_step(m, hw, tp=2, spec=3, context=4096)
-    assert step["lm_head x (1+S) (GB)"] == 124_160 * 5120 * 2 * 4 / 1e9  # vocab/2 x hidden, fp16, 4 passes
+    head = 124_160 * 5120 * 2  # vocab/2 x hidden, fp16: read by the target, then once per draft
+    assert (step["lm_head, target (GB)"], step["lm_head, drafter x S (GB)"]) == (head / 1e9, head * 3 / 1e9)
     # the target's AWQ linears: 64 of the 65 decoder layers' (the 65th is the MTP layer, read once per draft)
     assert 6.3 < step["target linears (AWQ) (GB)"] < 6.5
     assert abs(step["drafter layer x S (GB)"] * 64 / 3 - step["target linears (AWQ) (GB)"]) < 1e-9
     parts = sum(v for k, v in step.items() if k.endswith("(GB)") and k != "bytes (GB)")
     assert abs(step["bytes (GB)"] - parts) < 1e-9
+
+
+def test_draft_vocab_cuts_only_the_drafters_lm_head_reads_on_the_rank_holding_the_low_ids():
+    m, hw = projection._model(projection.REAL_CONFIG), projection.Turing()
+    whole = projection.decode_step(m, hw, tp=2, spec=3, context=4096)
+    rows = projection.busiest_rank_rows(m.vocab_size, 2, 32768)
+    hot = projection.decode_step(m, hw, tp=2, spec=3, context=4096, hot_rows=rows)
+    assert rows == 32768 and projection.busiest_rank_rows(m.vocab_size, 2, 200_000) == 124_160
+    assert hot["lm_head, drafter x S (GB)"] == 3 * 32768 * 5120 * 2 / 1e9
+    assert {k: v for k, v in hot.items() if "drafter x S" not in k and "bytes" not in k and "time" not in k} == {
+        k: v for k, v in whole.items() if "drafter x S" not in k and "bytes" not in k and "time" not in k}
 
 
 def test_prefill_grows_faster_than_linearly_and_tensor_cores_only_shorten_attention():
