@@ -156,7 +156,7 @@ def _detail(hot: HotVocab, rows: HotRows) -> str:
     rank, which then sets the pace)."""
     extra = len(hot.ids) - hot.ranked
     read = rows.index.numel()
-    fewer = f"{rows.width / read:.1f}x fewer" if read else "none"
+    fewer = f"{rows.width / read:.1f}x fewer" if read else "all its ids are cold"
     return (f"{hot.ranked} ids by {hot.source} + {extra} control tokens; this rank reads {read} of its {rows.width} "
             f"lm_head rows per draft pass ({fewer}), {rows.bytes / 2**20:.1f} MiB copied")
 

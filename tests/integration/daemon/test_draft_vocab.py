@@ -5,7 +5,6 @@ on)."""
 from __future__ import annotations
 
 import time
-
 from pathlib import Path
 
 import httpx
@@ -39,7 +38,7 @@ def switch(daemon: DaemonProcess, setting: object) -> dict:
     return outcome
 
 
-def test_a_costly_hot_set_is_rolled_back_and_a_harmless_one_kept(private_dir):
+def test_a_costly_hot_set_is_rolled_back_and_the_learnt_one_kept(private_dir):
     daemon = start_daemon(private_dir)
     try:
         refused = httpx.post(f"{daemon.url}/draft-vocab", json={"setting": True}, headers=daemon.admin())
