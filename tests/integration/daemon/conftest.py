@@ -105,6 +105,19 @@ class DaemonProcess:
         return self.output.read_text(errors="replace")[-chars:]
 
 
+def wait_verdict(daemon: DaemonProcess, path: str, busy: str, started: float, timeout_s: float = 600) -> dict:
+    """The first verdict a switch recorded at or after `started` in GET `path`'s history (a plugin activation's,
+    a DraftVocab switch's), once `busy` there says none is in progress."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{daemon.url}{path}", timeout=10).json()
+        done = [item for item in body["history"] if item["at"] >= started]
+        if done and not body[busy]:
+            return done[0]
+        time.sleep(2)
+    raise AssertionError(f"the switch ({path}) did not finish in {timeout_s} s:\n{daemon.tail()}")
+
+
 def engine_group_members(pgids: set[int]) -> list[psutil.Process]:
     """Live engine processes in these process groups. A group id is a pid, and pids are reused: once an engine's
     group is gone, another session's new process (a test in the other xdist worker) may lead a group of that id,

@@ -13,27 +13,16 @@ import pytest
 
 from caovan_manager.engine.probe import BENCH_PROMPTS
 
-from .conftest import INFERENCE_KEY, DaemonProcess, start_daemon, stop_daemon
+from .conftest import INFERENCE_KEY, DaemonProcess, start_daemon, stop_daemon, wait_verdict
 
 pytestmark = pytest.mark.engine
-
-
-def wait_switch(daemon: DaemonProcess, started: float, timeout_s: float = 600) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = httpx.get(f"{daemon.url}/draft-vocab", timeout=10).json()
-        done = [item for item in body["history"] if item["at"] >= started]
-        if done and not body["switch_in_progress"]:
-            return done[0]
-        time.sleep(2)
-    raise AssertionError(f"the DraftVocab switch did not finish in {timeout_s} s:\n{daemon.tail()}")
 
 
 def switch(daemon: DaemonProcess, setting: object) -> dict:
     started = time.time()
     response = httpx.post(f"{daemon.url}/draft-vocab", json={"setting": setting}, headers=daemon.admin())
     assert response.status_code == 202, response.text
-    outcome = wait_switch(daemon, started)
+    outcome = wait_verdict(daemon, "/draft-vocab", "switch_in_progress", started)
     daemon.wait_state("ready", 480)
     return outcome
 

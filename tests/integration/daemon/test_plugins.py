@@ -19,7 +19,7 @@ import caovan_manager.cli.plugins  # noqa: F401  (registers `caovan plugins`)
 from caovan_manager.cli.app import app
 from tests.caovan_manager.plugins.plugin_builds import build_wheel
 
-from .conftest import INFERENCE_KEY, start_daemon, stop_daemon
+from .conftest import INFERENCE_KEY, start_daemon, stop_daemon, wait_verdict
 from .load import StreamingLoad
 
 pytestmark = pytest.mark.engine
@@ -57,14 +57,7 @@ def installed(daemon) -> Iterator[dict[str, str]]:
 
 
 def wait_activation(daemon, started: float, timeout_s: float = 600) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        body = httpx.get(f"{daemon.url}/plugins", timeout=10).json()
-        done = [item for item in body["history"] if item["at"] >= started]
-        if done and not body["activation_in_progress"]:
-            return done[0]
-        time.sleep(2)
-    raise AssertionError(f"activation did not finish in {timeout_s} s:\n{daemon.tail()}")
+    return wait_verdict(daemon, "/plugins", "activation_in_progress", started, timeout_s)
 
 
 def test_swap_to_another_real_build_under_load(daemon, installed):
