@@ -96,7 +96,8 @@ function renderStatus(doc) {
   renderCanary(doc.canary);
   const act = doc.activation;
   $("activation").textContent = act
-    ? `activation ${act.from_version ?? "bundled"} → ${act.to_version ?? "bundled"}: ${act.phase}` : "";
+    ? `${switchLabel(act.kind, act.from_version, act.to_version, act.from_draft_vocab, act.to_draft_vocab)}: ` +
+      act.phase : "";
 
   renderRestarts(doc.recent_restarts ?? []);
   renderModels(doc.models ?? []);
@@ -275,15 +276,25 @@ function connectEvents() {
       }
       scheduleStatus();
     } else if (event.type === "activation") {
+      const details = event.details ?? {};
       stateChanges.push({
         at: event.time, kind: "activation",
-        text: `plugin ${event.from_version ?? "bundled"} → ${event.to_version ?? "bundled"}: ` +
-          `${event.outcome} (${event.reason})`,
+        text: `${switchLabel(details.kind, event.from_version, event.to_version, details.from_draft_vocab,
+                             details.to_draft_vocab)}: ${event.outcome} (${event.reason})`,
       });
       scheduleStatus();
       refreshPlugins();
     }
   };
+}
+
+// A verified switch as the status and the events name it: a plugin activation, or a DraftVocab switch.
+function switchLabel(kind, fromVersion, toVersion, fromDraft, toDraft) {
+  if (kind === "draft_vocab") {
+    const draft = (setting) => setting == null ? "off" : JSON.stringify(setting);
+    return `DraftVocab ${draft(fromDraft)} → ${draft(toDraft)}`;
+  }
+  return `plugin ${fromVersion ?? "bundled"} → ${toVersion ?? "bundled"}`;
 }
 
 // Log tail ---------------------------------------------------------------------------------------------------------
