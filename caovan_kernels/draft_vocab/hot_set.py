@@ -56,21 +56,21 @@ class DraftVocabSpec:
                 return cls(_size(int(text), where), None)
             return cls(None, Path(text).expanduser())
         if isinstance(value, dict):
-            unknown = sorted(set(value) - {"size", "file"})
-            if unknown:
-                raise DraftVocabError(f"{where} has unknown keys {unknown}: it takes \"size\" (ids to score) and "
+            if set(value) - {"size", "file"}:  # the keys are not repeated: messages carry no text a caller wrote
+                raise DraftVocabError(f"{where} has unknown keys: it takes \"size\" (ids to score) and "
                                       "\"file\" (a hot-vocabulary file, most frequent ids first)")
             size = value.get("size")
             file = value.get("file")
             if size is None and file is None:
                 raise DraftVocabError(f'{where} names neither "size" nor "file": give one or both')
             if size is not None and (isinstance(size, bool) or not isinstance(size, int)):
-                raise DraftVocabError(f'{where}: "size" is {size!r}; it must be a whole number of token ids')
+                raise DraftVocabError(f'{where}: "size" is a {type(size).__name__}; it must be a whole number of '
+                                      'token ids')
             if file is not None and not isinstance(file, str):
-                raise DraftVocabError(f'{where}: "file" is {file!r}; it must be a path')
+                raise DraftVocabError(f'{where}: "file" is a {type(file).__name__}; it must be a path')
             return cls(None if size is None else _size(size, where), None if file is None else Path(file).expanduser())
-        raise DraftVocabError(f"{where} is {value!r}: give a number of token ids (e.g. 32768), the path of a "
-                              'hot-vocabulary file, or {"size": N, "file": PATH}')
+        raise DraftVocabError(f"{where} is a {type(value).__name__}: give a number of token ids (e.g. 32768), the "
+                              'path of a hot-vocabulary file, or {"size": N, "file": PATH}')
 
     def describe(self) -> str:
         source = TOKENIZER_ORDER if self.file is None else f"file {self.file}"
@@ -118,10 +118,11 @@ def build(spec: DraftVocabSpec, vocab_size: int, always: Iterable[int]) -> HotVo
     return HotVocab(ids, vocab_size, len(ranked), source)
 
 
-def read_ranked_ids(path: Path, vocab_size: int) -> list[int]:
+def read_ranked_ids(path: Path, vocab_size: int, name: str | None = None) -> list[int]:
     """A hot-vocabulary file's ids, most frequent first, duplicates dropped. The file is JSON: a list of ids, or an
-    object whose "ids" is that list (the daemon's files, with their counts beside it)."""
-    where = f"{SETTING}: hot-vocabulary file {path}"
+    object whose "ids" is that list (the daemon's files, with their counts beside it). Messages name the file by
+    `name` where the path came from a request (not repeated back), else by its path."""
+    where = f"{SETTING}: hot-vocabulary file {name or path}"
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:

@@ -94,7 +94,7 @@ def kept_copy(state_dir: Path, model: str, given: Path) -> Path:
     file changes as it counts, and an engine restarted later must read the ids that were measured. A relative path
     is the daemon's working folder's. Copies are named by their content, so the same ids make the same setting."""
     source = given.expanduser().resolve()
-    ranked = read_ranked_ids(source, ANY_VOCABULARY)  # the engine checks the ids against its model
+    ranked = read_ranked_ids(source, ANY_VOCABULARY, "named in the setting")  # the engine checks ids against its model
     body = json.dumps(ranked).encode()
     kept = state_dir / "draft-vocab" / "kept" / f"{file_safe(model)}-{hashlib.sha256(body).hexdigest()[:16]}.json"
     if not kept.is_file():

@@ -20,7 +20,7 @@ from tests.support.raw_http import raw_request
 from tests.support.served import served_daemon
 
 ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate"),
-           ("POST", "/models/caovan-demo/canary")]
+           ("POST", "/models/caovan-demo/canary"), ("POST", "/draft-vocab")]
 
 
 def test_check_target_accepts_plain_paths_and_refuses_each_form_with_two_readings():
@@ -153,6 +153,13 @@ def test_bad_input_gets_a_4xx_with_a_message_and_no_reflected_text(tmp_path):
             ("POST", "/models/%3Csvg%20onload%3Dalert(1)%3E/unload", admin, b"{}"),
             ("POST", "/models/%3Csvg%20onload%3Dalert(1)%3E/unload", {"Content-Type": "application/json"}, b"{}"),
             ("POST", "/plugins/%3Cscript%3E/activate", admin, b"{}"),
+            ("POST", "/draft-vocab", admin, deep),
+            ("POST", "/draft-vocab", admin, b'{"setting": "\xff"}'),
+            ("POST", "/draft-vocab", admin, b'{"setting": "<svg onload=alert(1)>"}'),
+            ("POST", "/draft-vocab", admin, b'{"setting": {"<svg onload=alert(1)>": 1}}'),
+            ("POST", "/draft-vocab", admin, b'{"setting": {"size": "<script>"}}'),
+            ("POST", "/draft-vocab", admin, b'{"setting": ["<script>"]}'),
+            ("POST", "/draft-vocab", admin, b'{"setting": 1e999999}'),
             ("POST", "/v1/chat/completions", {"Content-Type": "application/json"},
              b'{"model": "<svg onload=alert(1)>"}'),
         ]
