@@ -3,8 +3,9 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
 
     python benchmarks/scale_bench.py model --processor-from QWEN3_5_DEMO --out RANK_DIR [--config CFG] [--shape rank]
     python benchmarks/scale_bench.py start PATH RANK_DIR --out-dir OUT [--budget-bytes 22e9] [--mtp 3] [--text-only]
-                                     [--name RUN]
+                                     [--name RUN] [--port P] [--draft-vocab K] [--kv-cache-bytes B]
     python benchmarks/scale_bench.py measure RUN --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
+                                     (--ttft '' measures decode only)
     python benchmarks/scale_bench.py memory RUN --out-dir OUT
     python benchmarks/scale_bench.py stop RUN --out-dir OUT
     python benchmarks/scale_bench.py report OUT
@@ -23,6 +24,9 @@ vocabulary, so whatever the dummy weights generate detokenizes). `start` launche
 session with every memory setting pinned (the launch profile's shape for a 22 GB card: --max-num-seqs 4,
 --max-model-len 80000, --max-num-batched-tokens 2048, MTP=3, a 16-bit KV cache) and the budget given in bytes turned
 into --gpu-memory-utilization for this GPU; the engine outlives the command, so a slow start can span several.
+With --kv-cache-bytes the KV pool is fixed and vLLM skips its free-memory profiling (which counts every process's
+allocations on the GPU), so several engines can start side by side and be measured one after another; a memory fit
+leaves it unset and starts alone.
 `measure` waits for it, times the first token of prompts of each length (one untimed request per length first:
 compiles and autotuning; then 3 timed, fresh random token ids each, so no prefix is cached), the decode step at each
 batch size (streamed ignore_eos completions: with dummy weights no draft is accepted, so one step yields one token and
@@ -158,7 +162,8 @@ def _gpu_total_bytes() -> int:
 
 
 def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
-                   profiler_dir: Path, draft_vocab: int | None = None) -> tuple[list[str], dict[str, str]]:
+                   profiler_dir: Path, draft_vocab: int | None = None,
+                   kv_cache_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
     utilization = budget_bytes / _gpu_total_bytes()
     config: dict = {"caovan": True, "gdn_prefill_backend": "triton"}
     if draft_vocab:
@@ -177,6 +182,8 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
             "--additional-config", json.dumps(config)]
     if text_only:
         args.append("--language-model-only")
+    if kv_cache_bytes:
+        args += ["--kv-cache-memory-bytes", str(kv_cache_bytes)]
     env = {**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, **ENGINE_ENV}
     if path.startswith("proxy"):
         env["CAOVAN_TURING_PROXY"] = "triton"  # the sm_75 code path; torch.compile still sees the real GPU
@@ -184,17 +191,18 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
 
 
 def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str,
-          draft_vocab: int | None = None) -> None:
+          draft_vocab: int | None = None, kv_cache_bytes: int | None = None, port: int | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _files(out_dir, run)
-    port = 8100 + PATHS.index(path)
+    port = port or 8100 + PATHS.index(path)
     command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace",
-                                  draft_vocab)
+                                  draft_vocab, kv_cache_bytes)
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
     files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
-                                                "draft_vocab": draft_vocab, "command": command}))
+                                                "draft_vocab": draft_vocab, "kv_cache_bytes": kv_cache_bytes,
+                                                "command": command}))
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
@@ -284,11 +292,11 @@ def _profiled_decode(base: str, trace_dir: Path, rng: random.Random, vocab: int,
     stream = threading.Thread(target=generate)
     before = set(trace_dir.glob("**/*.pt.trace.json*")) if trace_dir.exists() else set()
     stream.start()
-    while len(arrivals) < 8 and stream.isgroup_alive():
+    while len(arrivals) < 8 and stream.is_alive():
         time.sleep(0.01)
     httpx.post(f"{base}/start_profile", timeout=60).raise_for_status()
     first = len(arrivals)
-    while len(arrivals) < first + steps and stream.isgroup_alive():
+    while len(arrivals) < first + steps and stream.is_alive():
         time.sleep(0.01)
     held = len(arrivals) - first  # read before stopping: the stream goes on while the trace is written
     httpx.post(f"{base}/stop_profile", timeout=600).raise_for_status()
@@ -362,14 +370,15 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
         print(f"{path}: decode batch {batch}: {result['decode_ms'][batch]} ms per step")
     if profile:
         trace_dir = out_dir / f"{path}.trace"
-        with httpx.Client(timeout=1200) as client:
-            longest = max(ttft)
-            result["profile_prefill_ms"] = _profiled(
-                base, trace_dir, lambda: time_to_first_token(client, base, longest, rng, vocab))
-            result["profile_prefill_tokens"] = longest
-            result["profile_decode_ms"], result["profile_decode_steps"] = _profiled_decode(
-                base, trace_dir, rng, vocab, steps=64)
-        print(f"{path}: prefill {result['profile_prefill_ms']}, decode {result['profile_decode_ms']}")
+        if ttft:  # the longest prompt's prefill
+            with httpx.Client(timeout=1200) as client:
+                longest = max(ttft)
+                result["profile_prefill_ms"] = _profiled(
+                    base, trace_dir, lambda: time_to_first_token(client, base, longest, rng, vocab))
+                result["profile_prefill_tokens"] = longest
+        result["profile_decode_ms"], result["profile_decode_steps"] = _profiled_decode(
+            base, trace_dir, rng, vocab, steps=64)
+        print(f"{path}: prefill {result.get('profile_prefill_ms')}, decode {result['profile_decode_ms']}")
     result["log"] = engine_log_facts(files["log"].read_text(errors="replace"))
     files["json"].write_text(json.dumps(result, indent=1))
 
@@ -451,6 +460,10 @@ def main() -> None:
     s.add_argument("--mtp", type=int, default=3)
     s.add_argument("--text-only", action="store_true")
     s.add_argument("--name", help="the run's name (default: the path)")
+    s.add_argument("--kv-cache-bytes", type=int, default=None,
+                   help="a fixed KV pool: vLLM then skips its free-memory profiling, which other engines starting "
+                        "beside this one would upset (engines can start side by side); leave unset for a memory fit")
+    s.add_argument("--port", type=int, default=None, help="default: 8100 + the path's index")
     s.add_argument("--draft-vocab", type=int, default=None,
                    help="DraftVocab: the drafter scores this many ids (tokenizer order; caovan_draft_vocab)")
     mem = sub.add_parser("memory")
@@ -474,7 +487,8 @@ def main() -> None:
     if a.command == "model":
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
     elif a.command == "start":
-        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path, a.draft_vocab)
+        start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path, a.draft_vocab,
+              a.kv_cache_bytes, a.port)
     elif a.command == "memory":
         memory(a.path, a.out_dir, a.timeout)
     elif a.command == "measure":

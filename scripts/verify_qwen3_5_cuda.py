@@ -7,8 +7,9 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
     python scripts/verify_qwen3_5_cuda.py compare DIR [--report FILE]
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
-in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off) or gdncore
-(caovan_mode=force: GDNCore on both paths, whatever auto would pick, see auto_choice). `start` (which
+in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off), gdncore
+(caovan_mode=force: GDNCore on both paths, whatever auto would pick, see auto_choice) or dvN (stock kernels, DraftVocab
+drafting over the tokenizer's first N ids). `start` (which
 needs this project installed as a package: vLLM finds the plugin by entry point) launches one daemon in its own
 session and returns, so several engines start side by side on one GPU and a cold start may span commands. The engine
 gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is computed here from the real
@@ -20,7 +21,8 @@ prompts x 128 greedy tokens through the daemon's /v1 with the official client, r
 acceptance and which quantized linear kernel vLLM chose, then stops the daemon with Ctrl-C. `serve-ready` runs
 `serve` for every started daemon of DIR as it becomes ready, side by side, and leaves those still starting for its
 next call (GPU commands are time-limited). `compare` holds each gdncore run to its stock twin: identical greedy
-tokens (or a rounding tie), acceptance within 2 points, the markers, /status naming the model with MTP and
+tokens (or a rounding tie), acceptance within 2 points, the markers, and each dvN run to its stock twin on tokens
+alone (DraftVocab may move acceptance, never a token), /status naming the model with MTP and
 acceptance; it exits 0 when all hold. CI cannot run it (no GPU there); its results go to docs/verification.md.
 """
 
@@ -62,7 +64,14 @@ PINNED = ["--attention-backend", "TRITON_ATTN", "--max-model-len", "4096", "--gp
           # a fixed KV budget skips vLLM's free-memory profiling, which engines starting beside it would upset
           "--kv-cache-memory-bytes", "2000000000"]
 KERNELS = {"stock": {"caovan": True, "caovan_mode": "off"}, "gdncore": {"caovan": True, "caovan_mode": "force"}}
-RUN_NAME = re.compile(r"(native|proxy)-(fp16|awq)-(stock|gdncore)")
+# dvN: the stock kernels with DraftVocab's drafter over the tokenizer's first N ids (issue 33's greedy identity).
+RUN_NAME = re.compile(r"(native|proxy)-(fp16|awq)-(stock|gdncore|dv(\d+))")
+
+
+def kernel_config(kernels: str) -> dict:
+    if kernels.startswith("dv"):
+        return {**KERNELS["stock"], "caovan_draft_vocab": int(kernels[2:])}
+    return KERNELS[kernels]
 # vLLM names the kernel behind each quantized linear layer when it builds it.
 LINEAR_KERNEL = re.compile(r"Using (\w+LinearKernel) for (\w+)")
 
@@ -88,11 +97,11 @@ def _files(out_dir: Path, run: str) -> dict[str, Path]:
 
 def start(run: str, model: Path, out_dir: Path) -> None:
     require_registered()  # otherwise every run is stock, gdncore too: compare would tell only after the whole run
-    path, _, kernels = RUN_NAME.fullmatch(run).groups()
+    path, _, kernels, _ = RUN_NAME.fullmatch(run).groups()
     files = _files(out_dir, run)
     files["state"].mkdir(parents=True, exist_ok=True)
     profile_args, full = turing_profile_args()
-    extra = {**KERNELS[kernels], "gdn_prefill_backend": "triton"}  # vLLM 0.21's CUDA build: no FlashInfer GDN
+    extra = {**kernel_config(kernels), "gdn_prefill_backend": "triton"}  # vLLM 0.21's CUDA build: no FlashInfer GDN
     engine_args = ["--served-model-name", SERVED, *profile_args, *PINNED,
                    *(["--enforce-eager"] if path == "proxy" else []), "--additional-config", json.dumps(extra)]
     port = free_port()
@@ -218,36 +227,48 @@ def _check_run(run: str, data: dict, log: str, problems: list[str]) -> None:
     ran_ours = contract.REAL_PREFILL in log or contract.DISPATCH in log
     if kernels == "gdncore" and not (contract.REAL_PREFILL in log and contract.DISPATCH in log):
         problems.append(f"{run}: GDNCore markers missing from the engine log")
-    if kernels == "stock" and ran_ours:
+    if kernels != "gdncore" and ran_ours:
         problems.append(f"{run}: the stock engine ran GDNCore")
+    draft_vocab = [contract.DRAFT_VOCAB_MARKER.read(line) for line in log.splitlines()]
+    active = [v for v in draft_vocab if v is not None and v["active"]]
+    if kernels.startswith("dv") and not any(v["hot"] >= int(kernels[2:]) for v in active):
+        problems.append(f"{run}: no '{contract.DRAFT_VOCAB} ACTIVE' line with at least {kernels[2:]} hot ids")
+    if not kernels.startswith("dv") and active:
+        problems.append(f"{run}: DraftVocab was active without being asked for")
     if not data.get("clean_stop"):
         problems.append(f"{run}: processes were left after Ctrl-C and had to be killed")
 
 
 def compare(out_dir: Path) -> tuple[bool, str]:
+    """Each run against its stock twin: GDNCore on tokens and acceptance, DraftVocab (dvN) on tokens alone."""
     problems: list[str] = []
     rows, versions = [], {}
+    runs = sorted(p.name.removesuffix(".json") for p in out_dir.glob("*.json")
+                  if RUN_NAME.fullmatch(p.name.removesuffix(".json")))
     for path in ("native", "proxy"):
         for weights in ("fp16", "awq"):
-            pair = {}
-            for kernels in ("stock", "gdncore"):
-                run = f"{path}-{weights}-{kernels}"
+            twins = [run for run in runs if run.startswith(f"{path}-{weights}-")]
+            results = {}
+            for run in twins:
                 files = _files(out_dir, run)
-                if not files["json"].exists():
-                    continue
                 data = json.loads(files["json"].read_text())
                 log = files["log"].read_text(errors="replace")
                 versions = data["versions"]
                 _check_run(run, data, log, problems)
                 linear = sorted({f"{k} ({m})" for k, m in LINEAR_KERNEL.findall(log)}) or ["unquantized"]
-                pair[kernels] = data
+                results[run.rsplit("-", 1)[1]] = data
                 rows.append(f"| {run} | {data['ready_after_s']:.0f} s | "
                             f"{data.get('acceptance', float('nan')):.1%} | {', '.join(linear)} |")
-            if len(pair) == 2 and "tokens" in pair["stock"] and "tokens" in pair["gdncore"]:
-                stock, ours = (GreedyRun(pair[k]["tokens"], pair[k]["acceptance"]) for k in ("stock", "gdncore"))
-                problems += [f"{path}-{weights}: {p}" for p in divergences(EVAL_PROMPTS, stock, ours)]
-            elif pair:
-                problems.append(f"{path}-{weights}: no complete stock/gdncore pair to compare")
+            stock = results.pop("stock", None)
+            for kernels, data in results.items():
+                if stock is None or "tokens" not in stock or "tokens" not in data:
+                    problems.append(f"{path}-{weights}-{kernels}: no complete stock twin to compare with")
+                    continue
+                theirs, ours = (GreedyRun(d["tokens"], d["acceptance"]) for d in (stock, data))
+                draft_vocab = kernels.startswith("dv")
+                label = f"DraftVocab {kernels[2:]}" if draft_vocab else "GDNCore"
+                problems += [f"{path}-{weights}-{kernels}: {p}" for p in divergences(
+                    EVAL_PROMPTS, theirs, ours, label, acceptance_points=None if draft_vocab else 0.02)]
     if not rows:
         problems.append(f"no runs in {out_dir}")
     lines = [f"## The Qwen3.5 architecture through `caovan serve` on CUDA vLLM ({versions.get('date', '?')})", "",
@@ -263,7 +284,7 @@ def main() -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("start")
     p.add_argument("run", type=lambda s: s if RUN_NAME.fullmatch(s) else parser.error(
-        f"RUN {s!r}: expected PATH-WEIGHTS-KERNELS, e.g. native-awq-gdncore"))
+        f"RUN {s!r}: expected PATH-WEIGHTS-KERNELS, e.g. native-awq-gdncore or native-fp16-dv512"))
     p.add_argument("model", type=Path)
     p.add_argument("--out-dir", type=Path, required=True)
     p = sub.add_parser("serve")
