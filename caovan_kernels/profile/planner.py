@@ -63,6 +63,13 @@ class _Builder:
     def pinned_flag(self, *canonical: str) -> UserFlag | None:
         return self.pinned.pinned(*canonical)
 
+    def count(self, flag: str) -> int | None:
+        """A pinned count (tokens, bytes) as vLLM reads it, or None."""
+        try:
+            return self.pinned.count(flag)
+        except ValueError as exc:
+            raise ProfileError(f"{exc}; fix it in the command line") from None
+
     def decide(self, name: str, flag: str, value: object | None, reason: str) -> None:
         """Record a decision that sets `flag` (with `value`, or as a switch when value is None), unless the user
         pinned it or the installed vLLM cannot take it."""
@@ -348,29 +355,39 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     text_only = b.pinned_flag("--language-model-only") is not None
     weights = memory.weight_bytes_per_gpu(m, tp, vision=not text_only)
     budget = _auto_mem(b, gpu, measured=inventory.source == "nvml")
-    num_seqs = int(b.pinned.value("--max-num-seqs") or DEFAULT_MAX_NUM_SEQS)
+    num_seqs = b.count("--max-num-seqs") or DEFAULT_MAX_NUM_SEQS
     b.decide("max-num-seqs", "--max-num-seqs", DEFAULT_MAX_NUM_SEQS, "sequences served at once; each holds its own "
              "GDN state and its full context in the KV budget")
-    batched = int(b.pinned.value("--max-num-batched-tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    batched = b.count("--max-num-batched-tokens") or DEFAULT_MAX_NUM_BATCHED_TOKENS
     b.decide("max-num-batched-tokens", "--max-num-batched-tokens", DEFAULT_MAX_NUM_BATCHED_TOKENS,
              "prefill chunk; bounds the activation peak counted below")
     activations = memory.activation_bytes(m, tp, batched)
     overheads = memory.inside_budget_overheads(cuda_graphs=b.pinned_flag("--enforce-eager") is None)
     overheads += _draft_vocab_rows(b, m, tp) * m.hidden_size * memory.ENGINE_DTYPE_BYTES
-    pool = budget - weights.total - activations - overheads
+    left = budget - weights.total - activations - overheads
+    pinned_pool = b.count("--kv-cache-memory-bytes")
+    pool = left if pinned_pool is None else pinned_pool
     b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
                     weights_bytes=weights.total, activation_bytes=activations, overhead_bytes=overheads,
                     pool_bytes=pool, tensor_parallel=tp)
-    if pool <= 0:
+    spent = (f"budget {_gib(budget)} - weights {_gib(weights.total)} - activations {_gib(activations)} "
+             f"({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load and CUDA graphs (and DraftVocab's "
+             f"rows) = {_gib(left)}")
+    if pinned_pool is not None:
+        # vLLM then takes the pool as given and skips its free-memory profile; the budget bounds nothing.
+        b.note("AutoMem budget", _gib(pool), "pinned by user (--kv-cache-memory-bytes): vLLM's KV cache and GDN "
+               "state pool per GPU, taken as given" + ("" if pool <= left else f"; warning: the budget leaves only "
+               f"{_gib(left)} ({spent}); vLLM does not check a pinned pool against it, so a long batch can run out "
+               "of GPU memory: lower --kv-cache-memory-bytes"))
+    elif pool <= 0:
         raise ProfileError(
             f"{m.path.name} does not fit on {tp}x {gpu.name}: weights {_gib(weights.total)} + activations "
             f"{_gib(activations)} per GPU exceed the {_gib(budget)} budget; use more GPUs or a smaller quantization")
-    b.note("AutoMem budget", _gib(pool), f"per GPU: budget {_gib(budget)} - weights {_gib(weights.total)} - "
-           f"activations {_gib(activations)} ({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load "
-           f"and CUDA graphs (and DraftVocab's rows) = {_gib(pool)} for KV cache and GDN state")
+    else:
+        b.note("AutoMem budget", _gib(pool), f"per GPU: {spent} for KV cache and GDN state")
     _vision_tower(b, m, tp, text_only)
 
-    target = int(b.pinned.value("--max-model-len") or m.max_position_embeddings)
+    target = b.count("--max-model-len") or m.max_position_embeddings
     ssm_bytes = memory.DTYPE_BYTES.get(b.pinned.value("--mamba-ssm-cache-dtype") or m.ssm_state_dtype, 2)
     prefix_caching = _prefix_caching(b, m)
 
@@ -514,14 +531,14 @@ def _elastic_len(b: _Builder, m: ModelFacts, layout: memory.CacheLayout, pool: i
     """Decide --max-model-len; returns the length the engine will run with."""
     per_seq = (f"GDN state {_mib(layout.gdn_state_bytes_per_seq)} per sequence, KV {layout.kv_bytes_per_token} B "
                f"per token in {layout.block_tokens}-token blocks")
-    user = b.pinned.value("--max-model-len")
+    user = b.count("--max-model-len")
     if user is not None:
-        need = layout.bytes_for(num_seqs, int(user))
+        need = layout.bytes_for(num_seqs, user)
         warn = "" if need <= pool else (
             f"; warning: {num_seqs} x {user} tokens need {_gib(need)} but the pool holds {_gib(pool)}: only {fit} "
-            f"tokens fit per sequence, or {layout.concurrency(pool, int(user)):.2f} sequences of {user}")
+            f"tokens fit per sequence, or {layout.concurrency(pool, user):.2f} sequences of {user}")
         b.note("Elastic-KV", user, "pinned by user" + warn)
-        return int(user)
+        return user
     if fit <= 0:
         raise ProfileError(
             f"no context fits: {num_seqs} sequences x {per_seq} exceed the {_gib(pool)} pool; lower --max-num-seqs "

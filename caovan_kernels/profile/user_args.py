@@ -6,9 +6,29 @@ so (`-tp` is `--tensor-parallel-size`)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .vllm_abilities import VllmAbilities
+
+# vLLM reads its token and byte counts (--max-model-len, --max-num-batched-tokens, --kv-cache-memory-bytes) as
+# human-readable integers: k/m/g/t decimal (25.6k = 25,600), K/M/G/T binary and whole (32K = 32,768);
+# --max-model-len also takes -1 or "auto" (vLLM picks the longest that fits).
+_COUNT = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)|(\d+)([KMGT])")
+_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+AUTO = ("auto", "-1")
+
+
+def read_count(value: str) -> int:
+    """A count as vLLM reads it; ValueError when vLLM would refuse it too."""
+    m = _COUNT.fullmatch(value.strip())
+    number = None if m is None else int(m.group(3)) * _BINARY[m.group(4)] if m.group(3) else \
+        float(m.group(1)) * _DECIMAL[m.group(2)]
+    if number is None or not float(number).is_integer():
+        raise ValueError(f"{value!r} is not a whole count as vLLM reads one (e.g. 32768, 32k = 32,000, "
+                         "32K = 32,768)")
+    return int(number)
 
 
 @dataclass(frozen=True)
@@ -84,6 +104,17 @@ class PinnedArgs:
     def value(self, canonical: str) -> str | None:
         flag = self.pinned(canonical)
         return flag.value if flag else None
+
+    def count(self, canonical: str) -> int | None:
+        """The flag's value read as vLLM reads counts; None when it is not pinned or is pinned to vLLM's "auto".
+        ValueError (what the value was, what vLLM takes) when vLLM would refuse it."""
+        value = self.value(canonical)
+        if value is None or value.strip().lower() in AUTO:
+            return None
+        try:
+            return read_count(value)
+        except ValueError as exc:
+            raise ValueError(f"{canonical} {exc}") from None
 
     def without(self, dropped: list[UserFlag]) -> list[str]:
         spans = {i for flag in dropped for i in range(flag.start, flag.end)}

@@ -36,6 +36,40 @@ def test_pinned_max_model_len_too_long_is_kept_with_a_warning(qwen36_dir, instal
     assert json.loads(p.args[p.args.index("--speculative-config") + 1])["num_speculative_tokens"] == 3
 
 
+@pytest.mark.parametrize(("written", "tokens"), [("32k", 32_000), ("32K", 32_768), ("25.6k", 25_600),
+                                                  ("0.08m", 80_000), ("80000", 80_000)])
+def test_pinned_counts_are_read_as_vllm_reads_them(qwen36_dir, installed_vllm, written, tokens):
+    """vLLM takes human-readable counts (k decimal, K binary); the profile plans with the same number."""
+    p = build_profile(qwen36_dir, ["--max-model-len", written, "--max-num-batched-tokens", "2k"], TWO_2080TI,
+                      installed_vllm)
+    assert p.decision("Elastic-KV").value == str(tokens)
+    assert p.memory["activation_bytes"] == memory.activation_bytes(load_model_facts(qwen36_dir), 2, 2000)
+    assert p.args[:2] == ["--max-model-len", written]  # the user's spelling, untouched
+
+
+@pytest.mark.parametrize("written", ["32q", "1.5K", "k", "-5", "3.5"])
+def test_a_count_vllm_would_refuse_is_a_profile_error_naming_the_flag(qwen36_dir, installed_vllm, written):
+    with pytest.raises(ProfileError) as err:
+        build_profile(qwen36_dir, ["--max-model-len", written], TWO_2080TI, installed_vllm)
+    assert "--max-model-len" in str(err.value) and repr(written) in str(err.value) and "32k = 32,000" in str(err.value)
+
+
+def test_max_model_len_auto_leaves_the_length_to_the_plan(qwen36_dir, installed_vllm):
+    p = build_profile(qwen36_dir, ["--max-model-len", "auto", "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    d = p.decision("Elastic-KV")
+    assert d.value == "auto" and "the profile would choose 71200" in d.reason
+
+
+def test_a_pinned_kv_pool_is_the_pool_and_one_beyond_the_budget_is_warned_about(qwen36_dir, installed_vllm):
+    fits = build_profile(qwen36_dir, ["--kv-cache-memory-bytes", "4g", "--max-num-seqs", "4"], TWO_2080TI,
+                         installed_vllm)
+    assert fits.memory["pool_bytes"] == 4 * 10**9
+    assert fits.decision("AutoMem budget").reason.endswith("taken as given")
+    too_big = build_profile(qwen36_dir, ["--kv-cache-memory-bytes", "12G"], TWO_2080TI, installed_vllm)
+    assert too_big.memory["pool_bytes"] == 12 * 2**30
+    assert "warning: the budget leaves only" in too_big.decision("AutoMem budget").reason
+
+
 def test_pinned_speculative_config_is_kept_and_sizes_memory(qwen36_dir, installed_vllm):
     spec = '{"method":"mtp","num_speculative_tokens":1}'
     p = build_profile(qwen36_dir, ["--speculative-config", spec, "--max-num-seqs", "4"], TWO_2080TI, installed_vllm)

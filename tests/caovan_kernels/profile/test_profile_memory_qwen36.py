@@ -135,6 +135,26 @@ def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_perc
     assert predicted <= measured  # the plan may promise less than vLLM gives, never more
 
 
+# vLLM 0.21.0 on an H200 with the KV pool pinned to 10e9 bytes, fp16 KV (docs/verification.md, "Memory fit",
+# 2026-12-05; four engines side by side, which a pinned pool allows): what vLLM logged.
+MEASURED_PINNED = {"GPU KV cache size (tokens)": 256_428, "attention block (tokens)": 800}
+
+
+def test_a_pinned_pool_gives_the_tokens_vllm_0_21_reported_for_one_rank(tmp_path):
+    """The cache layout alone (no memory profile in the way): block size, GDN state slots, whole blocks."""
+    rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
+    inventory = tmp_path / "h200.json"
+    inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TOTAL_BYTES / 2**30,
+                                               "capability": "9.0"}]}))
+    pinned = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
+              "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "auto", "--dtype", "half",
+              "--no-enable-prefix-caching", "--kv-cache-memory-bytes", "10000000000",
+              "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
+    p = build_profile(rank, pinned, str(inventory), from_version_table("0.21.0", "the measured engine"))
+    assert p.memory["block_tokens"] == MEASURED_PINNED["attention block (tokens)"]
+    assert p.memory["vllm_kv_cache_tokens"] == MEASURED_PINNED["GPU KV cache size (tokens)"]
+
+
 def test_sm75_decisions_half_tp2_no_custom_all_reduce_fp16_kv(qwen36_dir, installed_vllm):
     p = build_profile(qwen36_dir, [], TWO_2080TI, installed_vllm)
     args = p.args
