@@ -117,7 +117,7 @@ def start(label: str, model: Path, out_dir: Path, plugin_site: Path | None) -> N
     if broken and plugin_site is None:
         raise SystemExit(f"{label}: a broken run needs --plugin-site")
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile_args, _ = turing_profile_args()
+    profile_args, _ = turing_profile_args(on_proxy=path == "proxy")
     if no_mtp:
         at = profile_args.index("--speculative-config")
         profile_args = profile_args[:at] + profile_args[at + 2:]

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from caovan_kernels import contract  # noqa: E402
 from caovan_kernels.profile.gpus import parse_inventory  # noqa: E402
 from caovan_kernels.profile.planner import build_profile  # noqa: E402
+from caovan_kernels.turing import proxy  # noqa: E402
 from caovan_kernels.vllm import require_registered  # noqa: E402
 from tests.support.acceptance_lock import GreedyRun, divergences, greedy_via  # noqa: E402
 from tests.support.engine import free_port, group_alive  # noqa: E402
@@ -76,15 +77,27 @@ def kernel_config(kernels: str) -> dict:
 LINEAR_KERNEL = re.compile(r"Using (\w+LinearKernel) for (\w+)")
 
 
-def turing_profile_args() -> tuple[list[str], list[str]]:
-    """(the 27B's 2x2080 Ti profile flags that apply on one shared GPU, the profile's full command)."""
-    profile = build_profile(REAL_CONFIG, [], parse_inventory(TURING_BOX), None)
+def turing_profile_args(on_proxy: bool) -> tuple[list[str], list[str]]:
+    """(the 27B's 2x2080 Ti profile flags that apply on one shared GPU, the profile's full command). On the proxy the
+    profile is planned as the engine will see it (CAOVAN_TURING_PROXY set), so its speculative config pins the
+    drafter's attention backend too: vLLM picks the drafter's separately from the real GPU (FlashAttention here)."""
+    saved = os.environ.get(proxy.ENV)
+    os.environ.pop(proxy.ENV, None)
+    if on_proxy:
+        os.environ[proxy.ENV] = "triton"
+    try:
+        profile = build_profile(REAL_CONFIG, [], parse_inventory(TURING_BOX), None)
+    finally:
+        os.environ.pop(proxy.ENV, None)
+        if saved is not None:
+            os.environ[proxy.ENV] = saved
+    pinned_here = {flag for flag in PINNED if flag.startswith("--")}
     kept, args = [], profile.args
     i = 0
     while i < len(args):
         flag = args[i].split("=", 1)[0]
         takes_value = "=" not in args[i] and i + 1 < len(args) and not args[i + 1].startswith("--")
-        if flag not in NOT_ON_ONE_SHARED_GPU:
+        if flag not in NOT_ON_ONE_SHARED_GPU | pinned_here:
             kept += args[i:i + 1 + takes_value]
         i += 1 + takes_value
     return kept, profile.args
@@ -100,7 +113,7 @@ def start(run: str, model: Path, out_dir: Path) -> None:
     path, _, kernels, _ = RUN_NAME.fullmatch(run).groups()
     files = _files(out_dir, run)
     files["state"].mkdir(parents=True, exist_ok=True)
-    profile_args, full = turing_profile_args()
+    profile_args, full = turing_profile_args(on_proxy=path == "proxy")
     extra = {**kernel_config(kernels), "gdn_prefill_backend": "triton"}  # vLLM 0.21's CUDA build: no FlashInfer GDN
     engine_args = ["--served-model-name", SERVED, *profile_args, *PINNED,
                    *(["--enforce-eager"] if path == "proxy" else []), "--additional-config", json.dumps(extra)]
