@@ -9,6 +9,8 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
     python benchmarks/scale_bench.py memory RUN --out-dir OUT
     python benchmarks/scale_bench.py stop RUN --out-dir OUT
     python benchmarks/scale_bench.py report OUT
+    python benchmarks/scale_bench.py side-by-side RANK_DIR --out-dir OUT [--runs native,proxy-caovan,proxy-stock]
+                                     [--kv-cache-bytes 10000000000]   (all of the above in one command)
 
 PATH is `native` (stock vLLM, the GPU's own code path), `proxy-stock` (stock vLLM on the Turing proxy: Triton's FMA
 dots, what a 2080 Ti runs today) or `proxy-caovan` (the Turing proxy with Caovan's defaults: GDNCore, TensorCore75).
@@ -383,11 +385,54 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
     files["json"].write_text(json.dumps(result, indent=1))
 
 
+def plan_runs(runs: list[str]) -> list[tuple[str, str, int | None, int]]:
+    """(name, path, DraftVocab ids or None, port) for each PATH or PATH:dvK; a clear error for anything else."""
+    plan = []
+    for i, spec in enumerate(runs):
+        path, _, dv = spec.partition(":")
+        if path not in PATHS or (dv and not re.fullmatch(r"dv[1-9]\d*", dv)):
+            raise SystemExit(f"run {spec!r}: expected PATH or PATH:dvK, PATH one of {', '.join(PATHS)}")
+        plan.append((f"{path}-{dv}" if dv else path, path, int(dv[2:]) if dv else None, 8100 + i))
+    if len({name for name, *_ in plan}) != len(plan):
+        raise SystemExit("each run may be given once")
+    return plan
+
+
+def side_by_side(model: Path, out_dir: Path, runs: list[str], kv_cache_bytes: int, budget_bytes: float,
+                 timeout_s: float, seed: int) -> None:
+    """Start every run at once with the KV pool pinned (so vLLM's memory profile, which reads the whole GPU, is out of
+    the way), wait until all serve (compiling and autotuning done: the GPU is quiet), then measure each alone with
+    the others idle, stop it, and print the report. A run is PATH or PATH:dvK (DraftVocab over K ids, decode only).
+    Whatever fails, no engine is left running."""
+    plan = plan_runs(runs)
+    running: list[str] = []
+    try:
+        for name, path, draft_vocab, port in plan:
+            start(path, model, out_dir, budget_bytes, 3, False, name, draft_vocab, kv_cache_bytes, port)
+            running.append(name)
+        deadline = time.monotonic() + timeout_s
+        for name in running:
+            _wait_ready(name, out_dir, max(1.0, deadline - time.monotonic()))
+            print(f"{name}: serving")
+        for name, _, draft_vocab, _ in plan:
+            try:
+                measure(name, out_dir, [] if draft_vocab else [4096, 16384, 32768], [1, 4], True, 60, seed)
+            except SystemExit as exc:  # one engine's failure leaves the others to be measured
+                print(f"{name}: not measured: {exc}")
+            stop(name, out_dir)
+            running.remove(name)
+    finally:
+        for name in running:
+            stop(name, out_dir)
+    report(out_dir)
+
+
 LOG_FACTS = {
     "kv_cache_tokens": (r"GPU KV cache size: ([\d,]+) tokens", lambda s: int(s.replace(",", ""))),
     "max_concurrency": (r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x", float),
     "available_kv_gib": (r"Available KV cache memory: ([\d.]+) GiB", float),
     "model_load_gib": (r"Model loading took ([\d.]+) GiB", float),
+    "init_engine_s": (r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s", float),
     "attention_backends": (r"Using (\w+) (?:attention )?backend", str),
     "tensorcore75_counts": (r"\[Caovan TensorCore75\] (kernels=\d+ retargeted=\d+ kept=\d+ \([^)]*\))", str),
     "tensorcore75_retargeted": (r"\[Caovan TensorCore75\] retargeted kernels \((\d+)\)", int),
@@ -415,14 +460,17 @@ def report(out_dir: Path) -> None:
         raise SystemExit(f"no results in {out_dir}")
     lengths = sorted({int(k) for r in results.values() for k in r["ttft_s"]})
     batches = sorted({int(k) for r in results.values() for k in r["decode_ms"]})
-    print("| path | ready (s) | " + " | ".join(f"TTFT {n // 1024}k (s)" for n in lengths) + " | "
+    # vLLM's own start time (profile, KV cache, warm-up): the time until `measure` first saw the engine healthy
+    # says nothing when engines started side by side and waited to be measured one at a time.
+    print("| path | vLLM init (s) | " + " | ".join(f"TTFT {n // 1024}k (s)" for n in lengths) + " | "
           + " | ".join(f"decode b{b} (ms/step)" for b in batches) + " |")
     print("| --- " * (2 + len(lengths) + len(batches)) + "|")
     for path, r in results.items():
         ttft = [statistics.median(r["ttft_s"][str(n)]) if str(n) in r["ttft_s"] else float("nan") for n in lengths]
         dec = [statistics.median(r["decode_ms"][str(b)]) if str(b) in r["decode_ms"] else float("nan")
                for b in batches]
-        print(f"| {path} | {r['ready_s']:.0f} | " + " | ".join(f"{t:.3f}" for t in ttft) + " | "
+        init = r["log"].get("init_engine_s") or [float("nan")]
+        print(f"| {path} | {init[-1]:.0f} | " + " | ".join(f"{t:.3f}" for t in ttft) + " | "
               + " | ".join(f"{d:.2f}" for d in dec) + " |")
     for kind in ("prefill", "decode"):
         rows = {p: r.get(f"profile_{kind}_ms") for p, r in results.items() if r.get(f"profile_{kind}_ms")}
@@ -483,6 +531,15 @@ def main() -> None:
     st.add_argument("--out-dir", type=Path, required=True)
     r = sub.add_parser("report")
     r.add_argument("out_dir", type=Path)
+    sb = sub.add_parser("side-by-side")
+    sb.add_argument("model", type=Path)
+    sb.add_argument("--out-dir", type=Path, required=True)
+    sb.add_argument("--runs", default="native,proxy-caovan,proxy-stock",
+                    help="PATH or PATH:dvK, comma-separated (e.g. native,native:dv32768,proxy-caovan,proxy-stock)")
+    sb.add_argument("--kv-cache-bytes", type=int, default=10_000_000_000)
+    sb.add_argument("--budget-bytes", type=float, default=22e9)
+    sb.add_argument("--timeout", type=float, default=1500, help="seconds for every engine to serve")
+    sb.add_argument("--seed", type=int, default=None)
     a = parser.parse_args()
     if a.command == "model":
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
@@ -497,6 +554,10 @@ def main() -> None:
                 [int(x) for x in a.batches.split(",") if x], a.profile, a.timeout, seed)
     elif a.command == "stop":
         stop(a.path, a.out_dir)
+    elif a.command == "side-by-side":
+        seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+        side_by_side(a.model, a.out_dir, [r for r in a.runs.split(",") if r], a.kv_cache_bytes, a.budget_bytes,
+                     a.timeout, seed)
     else:
         report(a.out_dir)
 

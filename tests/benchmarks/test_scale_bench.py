@@ -91,3 +91,12 @@ def test_kernel_time_is_summed_by_category_and_unknown_kernels_count_as_other(tm
         json.dump({"traceEvents": events}, f)
     assert bench.kernel_time_by_category(trace) == {"attention": 2.0, "GDN": 0.75, "AWQ GEMMs": 4.0,
                                                     "lm_head and dense GEMMs": 1.5, "other": 0.1}
+
+
+def test_side_by_side_runs_are_named_and_ported_and_bad_ones_refused():
+    assert bench.plan_runs(["native", "native:dv32768", "proxy-stock"]) == [
+        ("native", "native", None, 8100), ("native-dv32768", "native", 32768, 8101),
+        ("proxy-stock", "proxy-stock", None, 8102)]
+    for bad in (["turing"], ["native:dv"], ["native:dv0"], ["native:32768"], ["native", "native"]):
+        with pytest.raises(SystemExit):
+            bench.plan_runs(bad)
