@@ -118,15 +118,22 @@ H200_TOTAL_BYTES = 150_110_194_529  # torch's total; --gpu-memory-utilization 0.
 MEASURED = {"GPU KV cache size (tokens)": 507_096, "Maximum concurrency for 80000 tokens": 6.34}
 
 
-def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_percent(tmp_path):
-    rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
+# The scale benchmark's engine shape: 4 x 80,000 tokens, 2048-token chunks, fp16 weights, MTP=3.
+RANK_SHAPE = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
+              "--max-num-batched-tokens", "2048", "--dtype", "half",
+              "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
+
+
+def _rank_on_the_h200(tmp_path, *pinned: str):
     inventory = tmp_path / "h200.json"
     inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TOTAL_BYTES / 2**30,
                                                "capability": "9.0"}]}))
-    pinned = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
-              "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "fp8", "--dtype", "half",
-              "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
-    p = build_profile(rank, pinned, str(inventory), from_version_table("0.21.0", "the measured engine"))
+    return build_profile(QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank", [*RANK_SHAPE, *pinned], str(inventory),
+                         from_version_table("0.21.0", "the measured engine"))
+
+
+def test_the_plan_matches_what_vllm_0_21_reported_for_one_rank_within_a_few_percent(tmp_path):
+    p = _rank_on_the_h200(tmp_path, "--kv-cache-dtype", "fp8")
     assert p.decision("prefix caching").value == "off"  # vLLM 0.21 does not cache prefixes of hybrid models
     assert p.memory["block_tokens"] == 1600  # vLLM logged "Setting attention block size to 1600 tokens"
     predicted = p.memory["vllm_kv_cache_tokens"]
@@ -142,15 +149,8 @@ MEASURED_PINNED = {"GPU KV cache size (tokens)": 256_428, "attention block (toke
 
 def test_a_pinned_pool_gives_the_tokens_vllm_0_21_reported_for_one_rank(tmp_path):
     """The cache layout alone (no memory profile in the way): block size, GDN state slots, whole blocks."""
-    rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
-    inventory = tmp_path / "h200.json"
-    inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TOTAL_BYTES / 2**30,
-                                               "capability": "9.0"}]}))
-    pinned = ["--gpu-memory-utilization", "0.146559", "--max-num-seqs", "4", "--max-model-len", "80000",
-              "--max-num-batched-tokens", "2048", "--kv-cache-dtype", "auto", "--dtype", "half",
-              "--no-enable-prefix-caching", "--kv-cache-memory-bytes", "10000000000",
-              "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}']
-    p = build_profile(rank, pinned, str(inventory), from_version_table("0.21.0", "the measured engine"))
+    p = _rank_on_the_h200(tmp_path, "--kv-cache-dtype", "auto", "--no-enable-prefix-caching",
+                          "--kv-cache-memory-bytes", "10000000000")
     assert p.memory["block_tokens"] == MEASURED_PINNED["attention block (tokens)"]
     assert p.memory["vllm_kv_cache_tokens"] == MEASURED_PINNED["GPU KV cache size (tokens)"]
 
