@@ -273,6 +273,8 @@ def compare(out_dir: Path) -> tuple[bool, str]:
                 rows.append(f"| {run} | {data['ready_after_s']:.0f} s | "
                             f"{data.get('acceptance', float('nan')):.1%} | {', '.join(linear)} |")
             stock = results.pop("stock", None)
+            if stock is not None and not results:
+                problems.append(f"{path}-{weights}-stock: no gdncore or dvN run to compare it with")
             for kernels, data in results.items():
                 if stock is None or "tokens" not in stock or "tokens" not in data:
                     problems.append(f"{path}-{weights}-{kernels}: no complete stock twin to compare with")

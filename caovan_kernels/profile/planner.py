@@ -374,11 +374,13 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
              f"({batched}-token prefill) - {_gib(overheads)} for vLLM's weight load and CUDA graphs (and DraftVocab's "
              f"rows) = {_gib(left)}")
     if pinned_pool is not None:
-        # vLLM then takes the pool as given and skips its free-memory profile; the budget bounds nothing.
+        # vLLM then takes the pool as given and skips its free-memory profile: the budget bounds nothing.
+        short = "" if pinned_pool <= left else (
+            f"; warning: the {_gib(budget)} budget leaves {_gib(max(left, 0))} for it ({spent}), "
+            f"{_gib(pool - left)} short; vLLM does not check a pinned pool, so the GPU must hold it beyond the "
+            "budget: lower --kv-cache-memory-bytes or raise --gpu-memory-utilization")
         b.note("AutoMem budget", _gib(pool), "pinned by user (--kv-cache-memory-bytes): vLLM's KV cache and GDN "
-               "state pool per GPU, taken as given" + ("" if pool <= left else f"; warning: the budget leaves only "
-               f"{_gib(left)} ({spent}); vLLM does not check a pinned pool against it, so a long batch can run out "
-               "of GPU memory: lower --kv-cache-memory-bytes"))
+               "state pool per GPU, taken as given" + short)
     elif pool <= 0:
         raise ProfileError(
             f"{m.path.name} does not fit on {tp}x {gpu.name}: weights {_gib(weights.total)} + activations "

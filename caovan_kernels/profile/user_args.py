@@ -11,24 +11,30 @@ from dataclasses import dataclass
 
 from .vllm_abilities import VllmAbilities
 
-# vLLM reads its token and byte counts (--max-model-len, --max-num-batched-tokens, --kv-cache-memory-bytes) as
-# human-readable integers: k/m/g/t decimal (25.6k = 25,600), K/M/G/T binary and whole (32K = 32,768);
-# --max-model-len also takes -1 or "auto" (vLLM picks the longest that fits).
-_COUNT = re.compile(r"(\d+(?:\.\d+)?)([kmgt]?)|(\d+)([KMGT])")
-_DECIMAL = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+# vLLM reads these counts as human-readable integers (its others, --max-num-seqs among them, as plain int): a number
+# with a k/m/g/t suffix is decimal and truncated (25.6k = 25,600), with K/M/G/T binary and whole (32K = 32,768);
+# anything else goes through int(). --max-model-len also takes -1 or "auto" (vLLM picks the longest that fits).
+HUMAN_READABLE = frozenset({"--max-model-len", "--max-num-batched-tokens", "--kv-cache-memory-bytes"})
+_SUFFIXED = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+AUTO_FLAGS = frozenset({"--max-model-len"})
 AUTO = ("auto", "-1")
+_EXAMPLES = "e.g. 32768, 32k = 32,000, 32K = 32,768"
 
 
-def read_count(value: str) -> int:
-    """A count as vLLM reads it; ValueError when vLLM would refuse it too."""
-    m = _COUNT.fullmatch(value.strip())
-    number = None if m is None else int(m.group(3)) * _BINARY[m.group(4)] if m.group(3) else \
-        float(m.group(1)) * _DECIMAL[m.group(2)]
-    if number is None or not float(number).is_integer():
-        raise ValueError(f"{value!r} is not a whole count as vLLM reads one (e.g. 32768, 32k = 32,000, "
-                         "32K = 32,768)")
-    return int(number)
+def read_count(value: str, human_readable: bool = True) -> int:
+    """A count as vLLM's parser reads it; ValueError where that parser refuses it."""
+    value = value.strip()
+    m = _SUFFIXED.fullmatch(value) if human_readable else None
+    try:
+        if m is None:
+            return int(value)
+        number, suffix = m.groups()
+        return int(float(number) * _DECIMAL[suffix]) if suffix in _DECIMAL else int(number) * _BINARY[suffix]
+    except ValueError:
+        raise ValueError(f"{value!r} is not a count vLLM reads ("
+                         + (_EXAMPLES if human_readable else "a whole number") + ")") from None
 
 
 @dataclass(frozen=True)
@@ -106,15 +112,21 @@ class PinnedArgs:
         return flag.value if flag else None
 
     def count(self, canonical: str) -> int | None:
-        """The flag's value read as vLLM reads counts; None when it is not pinned or is pinned to vLLM's "auto".
-        ValueError (what the value was, what vLLM takes) when vLLM would refuse it."""
+        """The flag's value read as vLLM reads it; None when it is not pinned, is 0 for --kv-cache-memory-bytes
+        (vLLM's "unset") or is "auto" where vLLM takes it. ValueError (the flag, the value, what vLLM takes) when
+        vLLM refuses it, or when it is not a positive count (vLLM's own checks refuse those at start)."""
         value = self.value(canonical)
-        if value is None or value.strip().lower() in AUTO:
+        if value is None or (canonical in AUTO_FLAGS and value.strip().lower() in AUTO):
             return None
         try:
-            return read_count(value)
+            count = read_count(value, canonical in HUMAN_READABLE)
         except ValueError as exc:
             raise ValueError(f"{canonical} {exc}") from None
+        if count == 0 and canonical == "--kv-cache-memory-bytes":
+            return None
+        if count <= 0:
+            raise ValueError(f"{canonical} {value!r} is not a positive count")
+        return count
 
     def without(self, dropped: list[UserFlag]) -> list[str]:
         spans = {i for flag in dropped for i in range(flag.start, flag.end)}

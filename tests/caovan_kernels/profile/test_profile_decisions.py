@@ -37,7 +37,8 @@ def test_pinned_max_model_len_too_long_is_kept_with_a_warning(qwen36_dir, instal
 
 
 @pytest.mark.parametrize(("written", "tokens"), [("32k", 32_000), ("32K", 32_768), ("25.6k", 25_600),
-                                                  ("0.08m", 80_000), ("80000", 80_000)])
+                                                  ("0.08m", 80_000), ("80000", 80_000), ("1_000", 1_000),
+                                                  ("32.3k", 32_299)])  # vLLM truncates int(32.3 * 1000)
 def test_pinned_counts_are_read_as_vllm_reads_them(qwen36_dir, installed_vllm, written, tokens):
     """vLLM takes human-readable counts (k decimal, K binary); the profile plans with the same number."""
     p = build_profile(qwen36_dir, ["--max-model-len", written, "--max-num-batched-tokens", "2k"], TWO_2080TI,
@@ -47,11 +48,18 @@ def test_pinned_counts_are_read_as_vllm_reads_them(qwen36_dir, installed_vllm, w
     assert p.args[:2] == ["--max-model-len", written]  # the user's spelling, untouched
 
 
-@pytest.mark.parametrize("written", ["32q", "1.5K", "k", "-5", "3.5"])
-def test_a_count_vllm_would_refuse_is_a_profile_error_naming_the_flag(qwen36_dir, installed_vllm, written):
+@pytest.mark.parametrize(("flag", "written", "why"), [
+    ("--max-model-len", "32q", "32k = 32,000"), ("--max-model-len", "1.5K", "32k = 32,000"),
+    ("--max-model-len", "3.0", "32k = 32,000"),  # vLLM's int("3.0") refuses it too
+    ("--max-model-len", "-5", "not a positive count"),  # vLLM parses it and refuses it at start
+    ("--max-num-seqs", "4k", "a whole number"),  # vLLM reads --max-num-seqs with int()
+    ("--kv-cache-memory-bytes", "auto", "32k = 32,000"),  # "auto" is --max-model-len's alone
+])
+def test_a_count_vllm_would_refuse_is_a_profile_error_naming_the_flag(qwen36_dir, installed_vllm, flag, written,
+                                                                       why):
     with pytest.raises(ProfileError) as err:
-        build_profile(qwen36_dir, ["--max-model-len", written], TWO_2080TI, installed_vllm)
-    assert "--max-model-len" in str(err.value) and repr(written) in str(err.value) and "32k = 32,000" in str(err.value)
+        build_profile(qwen36_dir, [flag, written], TWO_2080TI, installed_vllm)
+    assert flag in str(err.value) and repr(written) in str(err.value) and why in str(err.value)
 
 
 def test_max_model_len_auto_leaves_the_length_to_the_plan(qwen36_dir, installed_vllm):
@@ -67,7 +75,12 @@ def test_a_pinned_kv_pool_is_the_pool_and_one_beyond_the_budget_is_warned_about(
     assert fits.decision("AutoMem budget").reason.endswith("taken as given")
     too_big = build_profile(qwen36_dir, ["--kv-cache-memory-bytes", "12G"], TWO_2080TI, installed_vllm)
     assert too_big.memory["pool_bytes"] == 12 * 2**30
-    assert "warning: the budget leaves only" in too_big.decision("AutoMem budget").reason
+    assert "short; vLLM does not check a pinned pool" in too_big.decision("AutoMem budget").reason
+    # 0 is vLLM's "unset": the pool is what the budget leaves, as without the flag.
+    unset = build_profile(qwen36_dir, ["--kv-cache-memory-bytes", "0", "--max-num-seqs", "4"], TWO_2080TI,
+                          installed_vllm)
+    plain = build_profile(qwen36_dir, ["--max-num-seqs", "4"], TWO_2080TI, installed_vllm)
+    assert unset.memory["pool_bytes"] == plain.memory["pool_bytes"] > 0
 
 
 def test_pinned_speculative_config_is_kept_and_sizes_memory(qwen36_dir, installed_vllm):
