@@ -67,14 +67,15 @@ PINNED = ["--attention-backend", "TRITON_ATTN", "--max-model-len", "4096", "--gp
 KERNELS = {"stock": {"caovan": True, "caovan_mode": "off"}, "gdncore": {"caovan": True, "caovan_mode": "force"}}
 # dvN: the stock kernels with DraftVocab's drafter over the tokenizer's first N ids (issue 33's greedy identity).
 RUN_NAME = re.compile(r"(native|proxy)-(fp16|awq)-(stock|gdncore|dv(\d+))")
+# vLLM names the kernel behind each quantized linear layer when it builds it.
+LINEAR_KERNEL = re.compile(r"Using (\w+LinearKernel) for (\w+)")
 
 
 def kernel_config(kernels: str) -> dict:
+    """The plugin's --additional-config keys for a run's KERNELS part."""
     if kernels.startswith("dv"):
         return {**KERNELS["stock"], "caovan_draft_vocab": int(kernels[2:])}
     return KERNELS[kernels]
-# vLLM names the kernel behind each quantized linear layer when it builds it.
-LINEAR_KERNEL = re.compile(r"Using (\w+LinearKernel) for (\w+)")
 
 
 def turing_profile_args(on_proxy: bool) -> tuple[list[str], list[str]]:
