@@ -4,6 +4,7 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
     python benchmarks/scale_bench.py model --processor-from QWEN3_5_DEMO --out RANK_DIR [--config CFG] [--shape rank]
     python benchmarks/scale_bench.py start PATH RANK_DIR --out-dir OUT [--budget-bytes 22e9] [--mtp 3] [--text-only]
                                      [--name RUN] [--port P] [--draft-vocab K] [--kv-cache-bytes B]
+                                     [--prefix-caching off|default] [--enforce-eager]
     python benchmarks/scale_bench.py measure RUN --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
                                      (--ttft '' measures decode only)
     python benchmarks/scale_bench.py memory RUN --out-dir OUT
@@ -34,7 +35,10 @@ compiles and autotuning; then 3 timed, fresh random token ids each, so no prefix
 batch size (streamed ignore_eos completions: with dummy weights no draft is accepted, so one step yields one token and
 the gap between tokens is the step), and with --profile one 32k prefill and one batch-1 decode under vLLM's torch
 profiler, its GPU kernel time by category.
-`memory` waits only for vLLM's KV cache lines (the memory fit), records them and stops the engine. A run is named
+`memory` waits only for vLLM's KV cache lines (the memory fit), records them beside what the launch profile (applied
+by `caovan-vllm-serve` in the same start) said vLLM would log, and stops the engine; a fit leaves prefix caching at
+the installed vLLM's default (`--prefix-caching default`) unless the run is about something else, and
+`--enforce-eager` makes it start in about a minute (the profile then counts no CUDA graph memory). A run is named
 RUN (default: its path), results land in OUT/RUN.json; `report` prints the tables.
 
 Timings are of this GPU; on the proxy only ratios between paths carry over to a 2080 Ti (docs/turing-proxy.md).
@@ -61,6 +65,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from caovan_kernels.contract import KV_REPORT_DECISION, read_decisions  # noqa: E402
 from tests.support.engine import group_alive, stop_group  # noqa: E402
 
 REAL_CONFIG = ROOT / "benchmarks" / "models" / "qwen3_6_27b_awq.json"
@@ -164,9 +169,13 @@ def _gpu_total_bytes() -> int:
 
 
 def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
-                   profiler_dir: Path, draft_vocab: int | None = None,
-                   kv_cache_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
-    utilization = budget_bytes / _gpu_total_bytes()
+                   profiler_dir: Path, draft_vocab: int | None = None, kv_cache_bytes: int | None = None,
+                   prefix_caching: str = "off", enforce_eager: bool = False,
+                   gpu_total_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
+    """The engine's command line and environment. prefix_caching "off" pins it off (the timed runs: every path the
+    same); "default" leaves the installed vLLM's default, as a user's start would (0.26 caches prefixes of hybrid
+    models, which keeps one more GDN state slot per sequence: the memory fits)."""
+    utilization = budget_bytes / (gpu_total_bytes or _gpu_total_bytes())
     config: dict = {"caovan": True, "gdn_prefill_backend": "triton"}
     if draft_vocab:
         config["caovan_draft_vocab"] = draft_vocab
@@ -176,12 +185,17 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
     args = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", SERVED, "--load-format", "dummy",
             "--dtype", "half", "--kv-cache-dtype", "auto", "--quantization", "awq_marlin",
-            "--attention-backend", "TRITON_ATTN",
-            "--no-enable-prefix-caching", "--gpu-memory-utilization", f"{utilization:.6f}",
+            "--attention-backend", "TRITON_ATTN", "--gpu-memory-utilization", f"{utilization:.6f}",
             "--speculative-config", json.dumps(spec), *PROFILE_ARGS,
             "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(profiler_dir.resolve()),
                                              "torch_profiler_with_stack": False}),
             "--additional-config", json.dumps(config)]
+    if prefix_caching == "off":
+        args.append("--no-enable-prefix-caching")
+    elif prefix_caching != "default":
+        raise SystemExit(f"--prefix-caching {prefix_caching!r}: expected off or default")
+    if enforce_eager:
+        args.append("--enforce-eager")
     if text_only:
         args.append("--language-model-only")
     if kv_cache_bytes:
@@ -192,19 +206,36 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
     return args, env
 
 
+def _machine() -> dict:
+    """The GPU and the vLLM a result was taken with."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    try:
+        vllm = version("vllm")
+    except PackageNotFoundError:
+        vllm = None
+    return {"gpu": torch.cuda.get_device_name(), "gpu_total_bytes": _gpu_total_bytes(), "vllm": vllm}
+
+
 def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str,
-          draft_vocab: int | None = None, kv_cache_bytes: int | None = None, port: int | None = None) -> None:
+          draft_vocab: int | None = None, kv_cache_bytes: int | None = None, port: int | None = None,
+          prefix_caching: str = "off", enforce_eager: bool = False) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _files(out_dir, run)
     port = port or 8100 + PATHS.index(path)
+    machine = _machine()
     command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace",
-                                  draft_vocab, kv_cache_bytes)
+                                  draft_vocab, kv_cache_bytes, prefix_caching, enforce_eager,
+                                  machine["gpu_total_bytes"])
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
     files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
                                                 "draft_vocab": draft_vocab, "kv_cache_bytes": kv_cache_bytes,
-                                                "command": command}))
+                                                "prefix_caching": prefix_caching, "enforce_eager": enforce_eager,
+                                                **machine, "command": command}))
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
@@ -344,9 +375,11 @@ def memory(path: str, out_dir: Path, timeout_s: float) -> None:
             break
         time.sleep(2)
     stop(path, out_dir)
-    files["json"].write_text(json.dumps({"run": path, "mtp": meta["mtp"], "text_only": meta["text_only"],
-                                         "budget_bytes": meta["budget_bytes"], "log": facts}, indent=1))
-    print(f"{path}: KV cache {facts.get('kv_cache_tokens')} tokens, concurrency {facts.get('max_concurrency')}")
+    keys = ("mtp", "text_only", "budget_bytes", "prefix_caching", "enforce_eager", "gpu", "gpu_total_bytes", "vllm")
+    files["json"].write_text(json.dumps({"run": path, **{k: meta.get(k) for k in keys}, "log": facts}, indent=1))
+    print(f"{path}: vLLM logged {facts['kv_cache_tokens']} tokens, concurrency {facts['max_concurrency']}; "
+          f"the launch profile predicted {facts['predicted_kv_cache_tokens']} tokens, "
+          f"concurrency {facts['predicted_concurrency']}")
 
 
 def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profile: bool, timeout_s: float,
@@ -439,12 +472,30 @@ LOG_FACTS = {
 }
 
 
+def profile_prediction(log: str) -> tuple[int | None, float | None]:
+    """What the launch profile (its decisions line in the same log) said vLLM would log: KV cache tokens and the
+    maximum concurrency."""
+    for line in log.splitlines():
+        decisions = read_decisions(line)
+        for decision in (decisions or {}).get("decisions", []):
+            if decision["name"] == KV_REPORT_DECISION:
+                tokens = re.fullmatch(r"(\d+) tokens", decision["value"])
+                concurrency = re.search(r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x",
+                                        decision["reason"])
+                return (int(tokens.group(1)) if tokens else None,
+                        float(concurrency.group(1)) if concurrency else None)
+    return None, None
+
+
 def engine_log_facts(log: str) -> dict:
     facts = {}
+    # vLLM's own lines only: the profile's decisions line quotes the lines it predicts.
+    engine = "\n".join(line for line in log.splitlines() if read_decisions(line) is None)
     for name, (pattern, convert) in LOG_FACTS.items():
-        found = [convert(m.group(1)) for m in re.finditer(pattern, log)]
+        found = [convert(m.group(1)) for m in re.finditer(pattern, engine)]
         facts[name] = found
-    facts["memory_lines"] = [line.split("] ", 1)[-1] for line in log.splitlines()
+    facts["predicted_kv_cache_tokens"], facts["predicted_concurrency"] = profile_prediction(log)
+    facts["memory_lines"] = [line.split("] ", 1)[-1] for line in engine.splitlines()
                              if re.search(r"memory|KV cache|CUDA graph|cudagraph", line, re.I)
                              and "WARNING" not in line][:40]
     return facts
@@ -485,10 +536,31 @@ def report(out_dir: Path) -> None:
             total = sum(cats.values())
             cells = [f"{cats.get(label, 0) / per[p]:.2f} ({100 * cats.get(label, 0) / total:.0f}%)" for label in labels]
             print(f"| {p} | " + " | ".join(cells) + f" | {total / per[p]:.2f} |")
-    for r in [*results.values(), *fits]:
+    for r in results.values():
         facts, path = r["log"], r["run"]
         print(f"\n{path}: KV cache {facts['kv_cache_tokens']} tokens, concurrency {facts['max_concurrency']}, "
               f"backends {sorted(set(facts['attention_backends']))}, TensorCore75 {facts['tensorcore75_counts'][-1:]}")
+    if fits:
+        print("\nMemory fits: what vLLM logged against what the launch profile predicted in the same start:")
+        print(fit_table(fits))
+
+
+def fit_table(fits: list[dict]) -> str:
+    rows = ["| run | vLLM | MTP | text only | CUDA graphs | prefix caching | weights (GiB) | KV memory (GiB) "
+            "| KV tokens logged | predicted | predicted / logged | concurrency logged | predicted |",
+            "| --- " * 13 + "|"]
+    for r in fits:
+        facts = r["log"]
+        logged = (facts["kv_cache_tokens"] or [None])[-1]
+        predicted = facts.get("predicted_kv_cache_tokens")
+        ratio = f"{predicted / logged:.3f}" if logged and predicted else "-"
+        cells = [r["run"], r.get("vllm") or "?", r["mtp"], "yes" if r["text_only"] else "no",
+                 "no" if r.get("enforce_eager") else "yes", r.get("prefix_caching") or "off",
+                 (facts["model_load_gib"] or ["-"])[-1], (facts["available_kv_gib"] or ["-"])[-1],
+                 logged if logged is not None else "not logged", predicted if predicted is not None else "-", ratio,
+                 (facts["max_concurrency"] or ["-"])[-1], facts.get("predicted_concurrency") or "-"]
+        rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(rows)
 
 
 def main() -> None:
@@ -514,6 +586,9 @@ def main() -> None:
     s.add_argument("--port", type=int, default=None, help="default: 8100 + the path's index")
     s.add_argument("--draft-vocab", type=int, default=None,
                    help="DraftVocab: the drafter scores this many ids (tokenizer order; caovan_draft_vocab)")
+    s.add_argument("--prefix-caching", choices=("off", "default"), default="off",
+                   help="off (the timed runs) or the installed vLLM's default (a memory fit as a user starts it)")
+    s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: a memory fit in about a minute")
     mem = sub.add_parser("memory")
     mem.add_argument("path", metavar="RUN")
     mem.add_argument("--out-dir", type=Path, required=True)
@@ -545,7 +620,7 @@ def main() -> None:
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
     elif a.command == "start":
         start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path, a.draft_vocab,
-              a.kv_cache_bytes, a.port)
+              a.kv_cache_bytes, a.port, a.prefix_caching, a.enforce_eager)
     elif a.command == "memory":
         memory(a.path, a.out_dir, a.timeout)
     elif a.command == "measure":

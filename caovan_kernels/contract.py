@@ -343,6 +343,10 @@ DECISIONS_KIND = "launch_decisions"
 # requests that would sample rather than relay them (caovan_manager.proxy.sampling).
 SAMPLING_DECISION = "sampling"
 GREEDY_ONLY = "greedy only"
+# The memory plan's prediction of vLLM's own KV cache lines: its value is "N tokens" (vLLM's "GPU KV cache size"), its
+# reason quotes the "Maximum concurrency for L tokens per request: Cx" line vLLM should log. The scale benchmark holds
+# a start's log to it.
+KV_REPORT_DECISION = "vLLM's KV report"
 
 
 def decisions_line(decisions: Sequence[tuple[str, str, str]], command: Sequence[str], profile: bool) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from caovan_kernels.contract import (
     GREEDY_ONLY,
+    KV_REPORT_DECISION,
     MTP_DEFAULT,
     SAMPLING_DECISION,
     SLEEP_MODE_FLAG,
@@ -411,7 +412,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
                     spec_tokens=spec)
     length = _elastic_len(b, m, chosen, pool, num_seqs, fit)
     b.memory.update(vllm_kv_cache_tokens=chosen.kv_cache_tokens(pool, length))
-    b.note("vLLM's KV report", f"{chosen.kv_cache_tokens(pool, length)} tokens",
+    b.note(KV_REPORT_DECISION, f"{chosen.kv_cache_tokens(pool, length)} tokens",
            f"what vLLM should log for this plan: \"GPU KV cache size\" and \"Maximum concurrency for {length} tokens "
            f"per request: {chosen.concurrency(pool, length):.2f}x\" (its count: whole {chosen.block_tokens}-token "
            "blocks, GDN state included); a start that logs less than --max-num-seqs serves fewer full-length "

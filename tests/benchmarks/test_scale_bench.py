@@ -100,3 +100,59 @@ def test_side_by_side_runs_are_named_and_ported_and_bad_ones_refused():
     for bad in (["turing"], ["native:dv"], ["native:dv0"], ["native:32768"], ["native", "native"]):
         with pytest.raises(SystemExit):
             bench.plan_runs(bad)
+
+
+RANK_FIXTURE = ROOT / "tests" / "caovan_kernels" / "profile" / "fixtures" / "qwen3_6_27b_awq_rank"
+H200_TORCH_TOTAL = 150_110_194_529
+
+
+def _args(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+def test_timed_runs_pin_prefix_caching_off_and_a_memory_fit_leaves_it_to_vllm(tmp_path):
+    timed, env = bench.engine_command("proxy-caovan", RANK_FIXTURE, 8101, 22e9, 3, False, tmp_path,
+                                      gpu_total_bytes=H200_TORCH_TOTAL)
+    assert "--no-enable-prefix-caching" in timed and "--enforce-eager" not in timed
+    assert _args(timed, "--gpu-memory-utilization") == "0.146559"  # 22e9 bytes of the GPU's (torch's) total
+    assert env["CAOVAN_TURING_PROXY"] == "triton"
+
+    fit, _ = bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 4, True, tmp_path, prefix_caching="default",
+                                 enforce_eager=True, gpu_total_bytes=H200_TORCH_TOTAL)
+    assert not {"--no-enable-prefix-caching", "--enable-prefix-caching"} & set(fit)
+    assert {"--enforce-eager", "--language-model-only"} <= set(fit)
+    assert json.loads(_args(fit, "--speculative-config"))["num_speculative_tokens"] == 4
+    with pytest.raises(SystemExit, match="expected off or default"):
+        bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 3, False, tmp_path, prefix_caching="on",
+                             gpu_total_bytes=H200_TORCH_TOTAL)
+
+
+def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
+    """The engine log carries caovan-vllm-serve's decisions line; the fit holds vLLM's own lines to it."""
+    from caovan_kernels.contract import decisions_line
+    from caovan_kernels.profile import build_profile, from_version_table
+
+    inventory = tmp_path / "h200.json"
+    inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TORCH_TOTAL / 2**30,
+                                               "capability": "9.0"}]}))
+    command, _ = bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 4, False, tmp_path,
+                                      prefix_caching="default", gpu_total_bytes=H200_TORCH_TOTAL)
+    user_args = command[command.index("--host"):]
+    profile = build_profile(RANK_FIXTURE, user_args, str(inventory), from_version_table("0.26.0", "a test"))
+    predicted = profile.memory["vllm_kv_cache_tokens"]
+    log = "\n".join([
+        "INFO 12-05 10:00:00 some line before",
+        decisions_line([(d.name, d.value, d.reason) for d in profile.decisions], profile.args, True),
+        "(EngineCore pid=1) INFO 12-05 10:01:00 [kv_cache_utils.py:1] GPU KV cache size: 250,000 tokens",
+        "(EngineCore pid=1) INFO 12-05 10:01:00 [kv_cache_utils.py:1] Maximum concurrency for 80,000 tokens per "
+        "request: 3.13x",
+    ])
+    facts = bench.engine_log_facts(log)
+    assert facts["kv_cache_tokens"] == [250_000] and facts["max_concurrency"] == [3.13]
+    assert facts["predicted_kv_cache_tokens"] == predicted > 0
+    assert facts["predicted_concurrency"] == round(float(profile.decision("vLLM's KV report").reason.split(
+        "per request: ")[1].split("x")[0]), 2)
+    table = bench.fit_table([{"run": "fit-mtp4", "vllm": "0.26.0", "mtp": 4, "text_only": False,
+                              "enforce_eager": False, "prefix_caching": "default", "log": facts}])
+    assert f"| 250000 | {predicted} | {predicted / 250_000:.3f} | 3.13 |" in table
+    assert bench.engine_log_facts("no decisions here")["predicted_kv_cache_tokens"] is None
