@@ -8,6 +8,8 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
     python benchmarks/scale_bench.py measure RUN --out-dir OUT [--ttft 4096,16384,32768] [--batches 1,4] [--profile]
                                      (--ttft '' measures decode only)
     python benchmarks/scale_bench.py memory RUN --out-dir OUT
+    python benchmarks/scale_bench.py fits RANK_DIR --out-dir OUT [--path proxy-caovan] [--runs mtp3,mtp4,mtp3:text]
+                                     (start + memory for each, one engine at a time on a quiet GPU)
     python benchmarks/scale_bench.py stop RUN --out-dir OUT
     python benchmarks/scale_bench.py report OUT
     python benchmarks/scale_bench.py side-by-side RANK_DIR --out-dir OUT [--runs native,proxy-caovan,proxy-stock]
@@ -162,20 +164,15 @@ def _files(out_dir: Path, run: str) -> dict[str, Path]:
     return {k: out_dir / f"{run}.{k}" for k in ("log", "engine.json", "json")}
 
 
-def _gpu_total_bytes() -> int:
-    import torch
-
-    return torch.cuda.mem_get_info()[1]
-
-
 def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
                    profiler_dir: Path, draft_vocab: int | None = None, kv_cache_bytes: int | None = None,
                    prefix_caching: str = "off", enforce_eager: bool = False,
-                   gpu_total_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
+                   cuda_total_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The engine's command line and environment. prefix_caching "off" pins it off (the timed runs: every path the
     same); "default" leaves the installed vLLM's default, as a user's start would (0.26 caches prefixes of hybrid
-    models, which keeps one more GDN state slot per sequence: the memory fits)."""
-    utilization = budget_bytes / (gpu_total_bytes or _gpu_total_bytes())
+    models, which keeps one more GDN state slot per sequence: the memory fits). The budget in bytes becomes the
+    fraction of CUDA's total that vLLM multiplies out again."""
+    utilization = budget_bytes / (cuda_total_bytes or machine()["cuda_total_bytes"])
     config: dict = {"caovan": True, "gdn_prefill_backend": "triton"}
     if draft_vocab:
         config["caovan_draft_vocab"] = draft_vocab
@@ -206,17 +203,49 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
     return args, env
 
 
-def _machine() -> dict:
-    """The GPU and the vLLM a result was taken with."""
+def machine_facts() -> dict:
+    """The GPU and the vLLM a result is taken with, and GPU 0's memory as NVML counts it (what the launch profile
+    reads: its total, what the driver holds) and as CUDA does (vLLM's budget is a fraction of CUDA's total)."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
+
+    from caovan_kernels.profile import detect_gpus
 
     try:
         vllm = version("vllm")
     except PackageNotFoundError:
         vllm = None
-    return {"gpu": torch.cuda.get_device_name(), "gpu_total_bytes": _gpu_total_bytes(), "vllm": vllm}
+    nvml = detect_gpus().gpus
+    free, total = torch.cuda.mem_get_info()
+    return {"gpu": torch.cuda.get_device_name(), "cuda_total_bytes": total, "cuda_free_bytes": free,
+            "nvml_total_bytes": nvml[0].total_bytes if nvml else None,
+            "nvml_reserved_bytes": nvml[0].reserved_bytes if nvml else None, "vllm": vllm}
+
+
+def machine() -> dict:
+    """machine_facts() read in a child process, so a caller that outlives engines holds no CUDA context beside them."""
+    child = subprocess.run([sys.executable, __file__, "machine"], capture_output=True, text=True)
+    if child.returncode:
+        raise SystemExit(f"could not read the GPU's facts:\n{child.stderr[-2000:]}")
+    return json.loads(child.stdout.splitlines()[-1])
+
+
+def wait_for_quiet_gpu(timeout_s: float = 180, allowed_bytes: int = 1 << 30) -> None:
+    """Until GPU 0 holds less than allowed_bytes for processes (engines just stopped release theirs in seconds): a
+    memory fit's profile counts whatever any process allocates or frees while it runs."""
+    from caovan_kernels.profile import detect_gpus
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        gpu = detect_gpus().gpus[0]
+        held = gpu.cuda_total_bytes - gpu.free_bytes
+        if held < allowed_bytes:
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"GPU 0 still holds {held / 2**30:.2f} GiB after {timeout_s:.0f} s: stop what runs on it "
+                             "(nvidia-smi) before a memory fit")
+        time.sleep(1)
 
 
 def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str,
@@ -225,17 +254,17 @@ def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _files(out_dir, run)
     port = port or 8100 + PATHS.index(path)
-    machine = _machine()
+    facts = machine()
     command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace",
                                   draft_vocab, kv_cache_bytes, prefix_caching, enforce_eager,
-                                  machine["gpu_total_bytes"])
+                                  facts["cuda_total_bytes"])
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
     files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
                                                 "draft_vocab": draft_vocab, "kv_cache_bytes": kv_cache_bytes,
                                                 "prefix_caching": prefix_caching, "enforce_eager": enforce_eager,
-                                                **machine, "command": command}))
+                                                **facts, "command": command}))
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
 
@@ -375,7 +404,8 @@ def memory(path: str, out_dir: Path, timeout_s: float) -> None:
             break
         time.sleep(2)
     stop(path, out_dir)
-    keys = ("mtp", "text_only", "budget_bytes", "prefix_caching", "enforce_eager", "gpu", "gpu_total_bytes", "vllm")
+    keys = ("mtp", "text_only", "budget_bytes", "prefix_caching", "enforce_eager", "gpu", "cuda_total_bytes",
+            "nvml_total_bytes", "nvml_reserved_bytes", "vllm")
     files["json"].write_text(json.dumps({"run": path, **{k: meta.get(k) for k in keys}, "log": facts}, indent=1))
     print(f"{path}: vLLM logged {facts['kv_cache_tokens']} tokens, concurrency {facts['max_concurrency']}; "
           f"the launch profile predicted {facts['predicted_kv_cache_tokens']} tokens, "
@@ -457,6 +487,35 @@ def side_by_side(model: Path, out_dir: Path, runs: list[str], kv_cache_bytes: in
     finally:
         for name in running:
             stop(name, out_dir)
+    report(out_dir)
+
+
+FIT_SPEC = re.compile(r"mtp([1-9])((?::(?:text|graphs))*)")
+
+
+def plan_fits(specs: list[str]) -> list[tuple[str, int, bool, bool]]:
+    """(name, MTP, text only, CUDA graphs) for each `mtpN[:text][:graphs]`; a clear error for anything else."""
+    plan = []
+    for spec in specs:
+        found = FIT_SPEC.fullmatch(spec)
+        if not found:
+            raise SystemExit(f"fit {spec!r}: expected mtpN with :text and/or :graphs, e.g. mtp3, mtp4, mtp3:text")
+        options = set(found.group(2).split(":")) - {""}
+        plan.append(("fit-" + spec.replace(":", "-"), int(found.group(1)), "text" in options, "graphs" in options))
+    if len({name for name, *_ in plan}) != len(plan):
+        raise SystemExit("each fit may be given once")
+    return plan
+
+
+def fits(model: Path, out_dir: Path, path: str, specs: list[str], budget_bytes: float, timeout_s: float) -> None:
+    """Memory fits one after another, each engine alone on a quiet GPU (vLLM's memory profile counts every process's
+    allocations), prefix caching as the installed vLLM does by default, without CUDA graphs unless `:graphs` (a start
+    in about a minute instead of five; the launch profile then counts no graph memory either). Prints the table."""
+    for name, mtp, text_only, graphs in plan_fits(specs):
+        wait_for_quiet_gpu()
+        start(path, model, out_dir, budget_bytes, mtp, text_only, name, port=8100, prefix_caching="default",
+              enforce_eager=not graphs)
+        memory(name, out_dir, timeout_s)
     report(out_dir)
 
 
@@ -549,6 +608,8 @@ def fit_table(fits: list[dict]) -> str:
     rows = ["| run | vLLM | MTP | text only | CUDA graphs | prefix caching | weights (GiB) | KV memory (GiB) "
             "| KV tokens logged | predicted | predicted / logged | concurrency logged | predicted |",
             "| --- " * 13 + "|"]
+    totals = {(r.get("gpu"), r.get("cuda_total_bytes"), r.get("nvml_total_bytes"), r.get("nvml_reserved_bytes"))
+              for r in fits}
     for r in fits:
         facts = r["log"]
         logged = (facts["kv_cache_tokens"] or [None])[-1]
@@ -560,6 +621,9 @@ def fit_table(fits: list[dict]) -> str:
                  logged if logged is not None else "not logged", predicted if predicted is not None else "-", ratio,
                  (facts["max_concurrency"] or ["-"])[-1], facts.get("predicted_concurrency") or "-"]
         rows.append("| " + " | ".join(str(c) for c in cells) + " |")
+    for gpu, cuda, nvml, reserved in sorted(totals, key=str):
+        rows.append(f"\n{gpu}: CUDA's total {cuda} B, NVML's {nvml} B of which the driver holds {reserved} B "
+                    "(the launch profile budgets on NVML's total minus what the driver holds)")
     return "\n".join(rows)
 
 
@@ -589,6 +653,15 @@ def main() -> None:
     s.add_argument("--prefix-caching", choices=("off", "default"), default="off",
                    help="off (the timed runs) or the installed vLLM's default (a memory fit as a user starts it)")
     s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: a memory fit in about a minute")
+    fi = sub.add_parser("fits")
+    fi.add_argument("model", type=Path)
+    fi.add_argument("--out-dir", type=Path, required=True)
+    fi.add_argument("--path", choices=PATHS, default="proxy-caovan")
+    fi.add_argument("--runs", default="mtp3,mtp4,mtp3:text",
+                    help="mtpN[:text][:graphs], comma-separated (e.g. mtp3,mtp4,mtp3:text,mtp3:graphs)")
+    fi.add_argument("--budget-bytes", type=float, default=22e9)
+    fi.add_argument("--timeout", type=float, default=600, help="seconds for each engine to log its KV cache")
+    sub.add_parser("machine", help="print the GPU's and vLLM's facts as JSON")
     mem = sub.add_parser("memory")
     mem.add_argument("path", metavar="RUN")
     mem.add_argument("--out-dir", type=Path, required=True)
@@ -623,6 +696,10 @@ def main() -> None:
               a.kv_cache_bytes, a.port, a.prefix_caching, a.enforce_eager)
     elif a.command == "memory":
         memory(a.path, a.out_dir, a.timeout)
+    elif a.command == "fits":
+        fits(a.model, a.out_dir, a.path, [r for r in a.runs.split(",") if r], a.budget_bytes, a.timeout)
+    elif a.command == "machine":
+        print(json.dumps(machine_facts()))
     elif a.command == "measure":
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
         measure(a.path, a.out_dir, [int(x) for x in a.ttft.split(",") if x],

@@ -5,7 +5,8 @@ Inventory syntax (`--gpus`): groups separated by commas, each `[N x] NAME MEMORY
 "GB" on a card's box is GiB: an "11 GB" 2080 Ti has 11264 MiB) or MiB (`22528MiB`). Without `smXY` the capability
 comes from a small table of known names. `nvlink` marks the group's cards as bridged. `cpu` (or `none`) is an
 inventory without GPUs. A JSON file works too: `{"gpus": [{"name": ..., "memory_gib": 22, "capability": "7.5",
-"free_gib": 21.5, "nvlink": false}]}` (or just the list).
+"free_gib": 21.5, "reserved_gib": 0.3, "nvlink": false}]}` (or just the list; `reserved_gib`: what the driver holds,
+as NVML reports it, default 0).
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ class GpuInfo:
     total_bytes: int
     free_bytes: int
     nvlink: bool = False  # bridged to its peers (P2P over NVLink)
+    # Held by the driver and firmware (NVML's v2 memory info; 0 where it cannot say). NVML's total counts it, the
+    # total a CUDA context sees (cudaMemGetInfo, which vLLM's budget is a fraction of) does not.
+    reserved_bytes: int = 0
+
+    @property
+    def cuda_total_bytes(self) -> int:
+        return self.total_bytes - self.reserved_bytes
 
     @property
     def sm(self) -> int:
@@ -110,8 +118,10 @@ def _from_json(path: Path) -> Inventory:
         try:
             major, minor = (int(x) for x in str(entry["capability"]).split("."))
             total = int(float(entry["memory_gib"]) * GIB)
-            free = int(float(entry.get("free_gib", entry["memory_gib"])) * GIB)
-            gpus.append(GpuInfo(i, str(entry["name"]), (major, minor), total, free, bool(entry.get("nvlink", False))))
+            reserved = int(float(entry.get("reserved_gib", 0)) * GIB)
+            free = int(float(entry["free_gib"]) * GIB) if "free_gib" in entry else total - reserved
+            gpus.append(GpuInfo(i, str(entry["name"]), (major, minor), total, free, bool(entry.get("nvlink", False)),
+                                reserved))
         except (KeyError, ValueError, TypeError) as exc:
             raise InventoryError(
                 f"{path}: GPU entry {i} ({entry!r}) needs name, memory_gib and capability like \"7.5\" ({exc})"
@@ -142,10 +152,20 @@ def detect_gpus() -> Inventory:
                 total_bytes=int(memory.total),
                 free_bytes=int(memory.free),
                 nvlink=_nvlink_to_all(pynvml, handle, [h for j, h in enumerate(handles) if j != i]),
+                reserved_bytes=_driver_reserved(pynvml, handle),
             ))
         return Inventory(tuple(gpus), "nvml")
     finally:
         pynvml.nvmlShutdown()
+
+
+def _driver_reserved(pynvml, handle) -> int:
+    """The memory the driver and firmware hold, from NVML's v2 memory info (drivers since R510 count it in NVML's
+    total); 0 where the driver or the binding has no v2."""
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).reserved)
+    except (pynvml.NVMLError, AttributeError, TypeError):
+        return 0
 
 
 def _nvlink_to_all(pynvml, handle, peers: list) -> bool:

@@ -300,20 +300,23 @@ def _parallel_layout(b: _Builder, m: ModelFacts, gpus: list[GpuInfo], gpu: GpuIn
 
 def _auto_mem(b: _Builder, gpu: GpuInfo, measured: bool) -> int:
     """gpu_memory_utilization; returns vLLM's budget in bytes on the GPU with the least free memory."""
+    # vLLM's budget is the fraction of the total CUDA reports, which leaves out what the driver holds.
+    total = gpu.cuda_total_bytes
     user_util = b.pinned.value("--gpu-memory-utilization")
     if user_util is not None:
         b.note("AutoMem", user_util, "pinned by user")
-        return int(gpu.total_bytes * float(user_util))
+        return int(total * float(user_util))
     outside = memory.OUTSIDE_BUDGET_BYTES
-    pct = min(MAX_GPU_MEMORY_UTILIZATION_PCT, (gpu.free_bytes - outside) * 100 // gpu.total_bytes)
+    pct = min(MAX_GPU_MEMORY_UTILIZATION_PCT, (gpu.free_bytes - outside) * 100 // total)
     if pct <= 0:
         raise ProfileError(f"{gpu.describe()} has only {_gib(gpu.free_bytes)} free; free GPU memory first "
                            "(nvidia-smi shows who holds it)")
+    held = f" ({_mib(gpu.reserved_bytes)} more held by the driver)" if gpu.reserved_bytes else ""
     b.decide("AutoMem", "--gpu-memory-utilization", f"{pct / 100:.2f}",
              f"{_gib(gpu.free_bytes)} free{'' if measured else ' (planning: assumed idle)'} of "
-             f"{_gib(gpu.total_bytes)} on {gpu.name}, minus {_mib(outside)} kept outside vLLM's budget (the "
+             f"{_gib(total)} on {gpu.name}{held}, minus {_mib(outside)} kept outside vLLM's budget (the "
              "engine's CUDA context and allocator headroom: vLLM refuses to start when less than its budget is free)")
-    return gpu.total_bytes * pct // 100
+    return total * pct // 100
 
 
 TURING = (7, 5)
@@ -368,7 +371,8 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     left = budget - weights.total - activations - overheads
     pinned_pool = b.count("--kv-cache-memory-bytes")
     pool = left if pinned_pool is None else pinned_pool
-    b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
+    b.memory.update(gpu_total_bytes=gpu.total_bytes, gpu_reserved_bytes=gpu.reserved_bytes,
+                    gpu_free_bytes=gpu.free_bytes, budget_bytes=budget,
                     weights_bytes=weights.total, activation_bytes=activations, overhead_bytes=overheads,
                     pool_bytes=pool, tensor_parallel=tp)
     spent = (f"budget {_gib(budget)} - weights {_gib(weights.total)} - activations {_gib(activations)} "

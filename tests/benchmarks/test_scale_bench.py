@@ -112,19 +112,19 @@ def _args(command: list[str], flag: str) -> str | None:
 
 def test_timed_runs_pin_prefix_caching_off_and_a_memory_fit_leaves_it_to_vllm(tmp_path):
     timed, env = bench.engine_command("proxy-caovan", RANK_FIXTURE, 8101, 22e9, 3, False, tmp_path,
-                                      gpu_total_bytes=H200_TORCH_TOTAL)
+                                      cuda_total_bytes=H200_TORCH_TOTAL)
     assert "--no-enable-prefix-caching" in timed and "--enforce-eager" not in timed
     assert _args(timed, "--gpu-memory-utilization") == "0.146559"  # 22e9 bytes of the GPU's (torch's) total
     assert env["CAOVAN_TURING_PROXY"] == "triton"
 
     fit, _ = bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 4, True, tmp_path, prefix_caching="default",
-                                 enforce_eager=True, gpu_total_bytes=H200_TORCH_TOTAL)
+                                 enforce_eager=True, cuda_total_bytes=H200_TORCH_TOTAL)
     assert not {"--no-enable-prefix-caching", "--enable-prefix-caching"} & set(fit)
     assert {"--enforce-eager", "--language-model-only"} <= set(fit)
     assert json.loads(_args(fit, "--speculative-config"))["num_speculative_tokens"] == 4
     with pytest.raises(SystemExit, match="expected off or default"):
         bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 3, False, tmp_path, prefix_caching="on",
-                             gpu_total_bytes=H200_TORCH_TOTAL)
+                             cuda_total_bytes=H200_TORCH_TOTAL)
 
 
 def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
@@ -136,7 +136,7 @@ def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
     inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TORCH_TOTAL / 2**30,
                                                "capability": "9.0"}]}))
     command, _ = bench.engine_command("native", RANK_FIXTURE, 8100, 22e9, 4, False, tmp_path,
-                                      prefix_caching="default", gpu_total_bytes=H200_TORCH_TOTAL)
+                                      prefix_caching="default", cuda_total_bytes=H200_TORCH_TOTAL)
     user_args = command[command.index("--host"):]
     profile = build_profile(RANK_FIXTURE, user_args, str(inventory), from_version_table("0.26.0", "a test"))
     predicted = profile.memory["vllm_kv_cache_tokens"]
@@ -156,3 +156,12 @@ def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
                               "enforce_eager": False, "prefix_caching": "default", "log": facts}])
     assert f"| 250000 | {predicted} | {predicted / 250_000:.3f} | 3.13 |" in table
     assert bench.engine_log_facts("no decisions here")["predicted_kv_cache_tokens"] is None
+
+
+def test_memory_fits_are_named_from_their_specs_and_bad_ones_refused():
+    assert bench.plan_fits(["mtp3", "mtp4", "mtp3:text", "mtp3:graphs", "mtp3:text:graphs"]) == [
+        ("fit-mtp3", 3, False, False), ("fit-mtp4", 4, False, False), ("fit-mtp3-text", 3, True, False),
+        ("fit-mtp3-graphs", 3, False, True), ("fit-mtp3-text-graphs", 3, True, True)]
+    for bad in (["mtp0"], ["mtp3:eager"], ["3"], ["mtp3", "mtp3"], ["mtp10"]):
+        with pytest.raises(SystemExit):
+            bench.plan_fits(bad)

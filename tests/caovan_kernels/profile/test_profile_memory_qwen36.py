@@ -187,3 +187,35 @@ def test_draft_vocab_rows_are_counted_on_the_gpu_that_holds_them(qwen36_dir, ins
                                               json.dumps({"caovan_draft_vocab": {"file": str(tmp_path / "no")}})],
                                  TWO_2080TI, installed_vllm)
     assert "does not exist" in with_missing.decision("DraftVocab").reason
+
+
+def _inventory(tmp_path, name: str, total_bytes: int, reserved_bytes: int, capability: str = "9.0") -> str:
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"gpus": [{"name": name, "memory_gib": total_bytes / 2**30, "capability": capability,
+                                          "reserved_gib": reserved_bytes / 2**30}]}))
+    return str(path)
+
+
+def test_the_budget_is_a_fraction_of_the_total_cuda_sees_not_of_what_the_driver_holds(tmp_path):
+    """NVML's total (drivers since R510) counts memory the driver holds; vLLM's budget is a fraction of CUDA's total,
+    which leaves it out. The same card described both ways plans the same engine."""
+    held = 645 << 20
+    abilities = from_version_table("0.21.0", "a test")
+    rank = QWEN36_AWQ.parent / "qwen3_6_27b_awq_rank"
+    args = [*RANK_SHAPE, "--kv-cache-dtype", "auto"]
+    cuda_view = build_profile(rank, args, _inventory(tmp_path, "cuda", H200_TOTAL_BYTES, 0), abilities)
+    nvml_view = build_profile(rank, args, _inventory(tmp_path, "nvml", H200_TOTAL_BYTES + held, held), abilities)
+    assert nvml_view.memory["budget_bytes"] == cuda_view.memory["budget_bytes"] == int(H200_TOTAL_BYTES * 0.146559)
+    assert nvml_view.memory["vllm_kv_cache_tokens"] == cuda_view.memory["vllm_kv_cache_tokens"]
+    assert nvml_view.memory["gpu_reserved_bytes"] == held
+
+    # Chosen by the profile on a 22 GB 2080 Ti: the fraction of CUDA's total, and less KV than if NVML's counted.
+    card = 22 * 2**30
+    plain = build_profile(QWEN36_AWQ, ["--max-num-seqs", "4"], _inventory(tmp_path, "t", card, 0, "7.5"), abilities)
+    held_back = build_profile(QWEN36_AWQ, ["--max-num-seqs", "4"], _inventory(tmp_path, "r", card, 300 << 20, "7.5"),
+                              abilities)
+    util = float(held_back.args[held_back.args.index("--gpu-memory-utilization") + 1])
+    assert held_back.memory["budget_bytes"] == int((card - (300 << 20)) * util)
+    assert held_back.memory["budget_bytes"] < plain.memory["budget_bytes"]
+    assert held_back.memory["vllm_kv_cache_tokens"] < plain.memory["vllm_kv_cache_tokens"]
+    assert "300.0 MiB more held by the driver" in held_back.decision("AutoMem").reason
