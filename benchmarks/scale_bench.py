@@ -572,9 +572,10 @@ def report(out_dir: Path) -> None:
     batches = sorted({int(k) for r in results.values() for k in r["decode_ms"]})
     # vLLM's own start time (profile, KV cache, warm-up): the time until `measure` first saw the engine healthy
     # says nothing when engines started side by side and waited to be measured one at a time.
-    print("| path | vLLM init (s) | " + " | ".join(f"TTFT {n // 1024}k (s)" for n in lengths) + " | "
-          + " | ".join(f"decode b{b} (ms/step)" for b in batches) + " |")
-    print("| --- " * (2 + len(lengths) + len(batches)) + "|")
+    if results:
+        print("| path | vLLM init (s) | " + " | ".join(f"TTFT {n // 1024}k (s)" for n in lengths) + " | "
+              + " | ".join(f"decode b{b} (ms/step)" for b in batches) + " |")
+        print("| --- " * (2 + len(lengths) + len(batches)) + "|")
     for path, r in results.items():
         ttft = [statistics.median(r["ttft_s"][str(n)]) if str(n) in r["ttft_s"] else float("nan") for n in lengths]
         dec = [statistics.median(r["decode_ms"][str(b)]) if str(b) in r["decode_ms"] else float("nan")

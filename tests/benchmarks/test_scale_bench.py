@@ -165,3 +165,18 @@ def test_memory_fits_are_named_from_their_specs_and_bad_ones_refused():
     for bad in (["mtp0"], ["mtp3:eager"], ["3"], ["mtp3", "mtp3"], ["mtp10"]):
         with pytest.raises(SystemExit):
             bench.plan_fits(bad)
+
+
+def test_a_report_of_fits_alone_prints_the_fit_table_only(tmp_path, capsys):
+    facts = bench.engine_log_facts("GPU KV cache size: 250,000 tokens\n"
+                                   "Maximum concurrency for 80,000 tokens per request: 3.13x")
+    (tmp_path / "fit-mtp3.json").write_text(json.dumps({
+        "run": "fit-mtp3", "mtp": 3, "text_only": False, "enforce_eager": True, "prefix_caching": "default",
+        "vllm": "0.26.0", "gpu": "H200", "cuda_total_bytes": 1, "nvml_total_bytes": 2, "nvml_reserved_bytes": 1,
+        "log": facts}))
+    (tmp_path / "fit-mtp3.engine.json").write_text("{}")  # the start's record, not a result
+    bench.report(tmp_path)
+    out = capsys.readouterr().out
+    assert "TTFT" not in out
+    assert "| fit-mtp3 | 0.26.0 | 3 | no | no | default | - | - | 250000 | - | - | 3.13 | - |" in out
+    assert "H200: CUDA's total 1 B, NVML's 2 B of which the driver holds 1 B" in out
