@@ -9,6 +9,7 @@ served by vLLM's own engine with `load_format=dummy`, on three paths, each measu
                                      (--ttft '' measures decode only)
     python benchmarks/scale_bench.py memory RUN --out-dir OUT
     python benchmarks/scale_bench.py fits RANK_DIR --out-dir OUT [--path proxy-caovan] [--runs mtp3,mtp4,mtp3:text]
+                                     [--budget-bytes 22e9] [--timeout 600]
                                      (start + memory for each, one engine at a time on a quiet GPU)
     python benchmarks/scale_bench.py stop RUN --out-dir OUT
     python benchmarks/scale_bench.py report OUT
@@ -38,9 +39,10 @@ batch size (streamed ignore_eos completions: with dummy weights no draft is acce
 the gap between tokens is the step), and with --profile one 32k prefill and one batch-1 decode under vLLM's torch
 profiler, its GPU kernel time by category.
 `memory` waits only for vLLM's KV cache lines (the memory fit), records them beside what the launch profile (applied
-by `caovan-vllm-serve` in the same start) said vLLM would log, and stops the engine; a fit leaves prefix caching at
-the installed vLLM's default (`--prefix-caching default`) unless the run is about something else, and
-`--enforce-eager` makes it start in about a minute (the profile then counts no CUDA graph memory). A run is named
+by `caovan-vllm-serve` in the same start) said vLLM would log, and stops the engine. A fit started by hand passes
+`--prefix-caching default` (as a user's start, the installed vLLM's default; `start` pins it off for the timed runs)
+and may pass `--enforce-eager` to start in about a minute (the profile then counts no CUDA graph memory); `fits` does
+both for each of its runs, one engine at a time. A run is named
 RUN (default: its path), results land in OUT/RUN.json; `report` prints the tables.
 
 Timings are of this GPU; on the proxy only ratios between paths carry over to a 2080 Ti (docs/turing-proxy.md).
@@ -58,6 +60,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -205,7 +208,8 @@ def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: 
 
 def machine_facts() -> dict:
     """The GPU and the vLLM a result is taken with, and GPU 0's memory as NVML counts it (what the launch profile
-    reads: its total, what the driver holds) and as CUDA does (vLLM's budget is a fraction of CUDA's total)."""
+    reads: its total, what the driver holds) and as CUDA does (vLLM's budget is a fraction of CUDA's total). Meant
+    for a one-GPU machine, where NVML's GPU 0 is CUDA's."""
     from importlib.metadata import PackageNotFoundError, version
 
     import torch
@@ -238,7 +242,10 @@ def wait_for_quiet_gpu(timeout_s: float = 180, allowed_bytes: int = 1 << 30) -> 
 
     deadline = time.monotonic() + timeout_s
     while True:
-        gpu = detect_gpus().gpus[0]
+        inventory = detect_gpus()
+        if not inventory.gpus:
+            raise SystemExit(f"cannot watch GPU 0's memory: {inventory.source}")
+        gpu = inventory.gpus[0]
         held = gpu.cuda_total_bytes - gpu.free_bytes
         if held < allowed_bytes:
             return
@@ -260,6 +267,9 @@ def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, 
                                   facts["cuda_total_bytes"])
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
+    # Reap the engine as soon as it exits, so a command that goes on (fits, side-by-side) sees it gone: an unreaped
+    # leader stays a zombie, which still counts as a live process group.
+    threading.Thread(target=process.wait, daemon=True).start()
     files["engine.json"].write_text(json.dumps({"path": path, "pid": process.pid, "port": port, "started": time.time(),
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
                                                 "draft_vocab": draft_vocab, "kv_cache_bytes": kv_cache_bytes,
@@ -397,7 +407,7 @@ def memory(path: str, out_dir: Path, timeout_s: float) -> None:
     files = _files(out_dir, path)
     meta = json.loads(files["engine.json"].read_text())
     deadline = time.monotonic() + timeout_s
-    facts = {}
+    facts = engine_log_facts("")
     while time.monotonic() < deadline:
         facts = engine_log_facts(files["log"].read_text(errors="replace"))
         if facts["max_concurrency"] or not group_alive(meta["pid"]):
@@ -515,7 +525,10 @@ def fits(model: Path, out_dir: Path, path: str, specs: list[str], budget_bytes: 
         wait_for_quiet_gpu()
         start(path, model, out_dir, budget_bytes, mtp, text_only, name, port=8100, prefix_caching="default",
               enforce_eager=not graphs)
-        memory(name, out_dir, timeout_s)
+        try:
+            memory(name, out_dir, timeout_s)  # stops the engine once it has logged its KV cache (or died)
+        finally:
+            stop(name, out_dir)  # whatever interrupted the wait, no engine is left running
     report(out_dir)
 
 

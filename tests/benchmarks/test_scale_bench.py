@@ -103,6 +103,7 @@ def test_side_by_side_runs_are_named_and_ported_and_bad_ones_refused():
 
 
 RANK_FIXTURE = ROOT / "tests" / "caovan_kernels" / "profile" / "fixtures" / "qwen3_6_27b_awq_rank"
+# The total that the 12-04 run's --gpu-memory-utilization 0.146559 for 22e9 bytes implies (22e9 / 0.146559).
 H200_TORCH_TOTAL = 150_110_194_529
 
 
@@ -129,8 +130,8 @@ def test_timed_runs_pin_prefix_caching_off_and_a_memory_fit_leaves_it_to_vllm(tm
 
 def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
     """The engine log carries caovan-vllm-serve's decisions line; the fit holds vLLM's own lines to it."""
-    from caovan_kernels.contract import decisions_line
-    from caovan_kernels.profile import build_profile, from_version_table
+    from caovan_kernels.contract import KV_REPORT_DECISION, decisions_line
+    from caovan_kernels.profile import build_profile, from_version_table, load_model_facts, memory
 
     inventory = tmp_path / "h200.json"
     inventory.write_text(json.dumps({"gpus": [{"name": "H200", "memory_gib": H200_TORCH_TOTAL / 2**30,
@@ -150,8 +151,10 @@ def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
     facts = bench.engine_log_facts(log)
     assert facts["kv_cache_tokens"] == [250_000] and facts["max_concurrency"] == [3.13]
     assert facts["predicted_kv_cache_tokens"] == predicted > 0
-    assert facts["predicted_concurrency"] == round(float(profile.decision("vLLM's KV report").reason.split(
-        "per request: ")[1].split("x")[0]), 2)
+    # the rank as a TP1 model, MTP=4, fp16 KV, fp32 GDN state, prefix caching on (0.26's default)
+    layout = memory.cache_layout(load_model_facts(RANK_FIXTURE), 1, 4, 2, 4, prefix_caching=True)
+    assert facts["predicted_concurrency"] == round(layout.concurrency(profile.memory["pool_bytes"], 80_000), 2)
+    assert profile.decision(KV_REPORT_DECISION).value == f"{predicted} tokens"
     table = bench.fit_table([{"run": "fit-mtp4", "vllm": "0.26.0", "mtp": 4, "text_only": False,
                               "enforce_eager": False, "prefix_caching": "default", "log": facts}])
     assert f"| 250000 | {predicted} | {predicted / 250_000:.3f} | 3.13 |" in table
@@ -180,3 +183,52 @@ def test_a_report_of_fits_alone_prints_the_fit_table_only(tmp_path, capsys):
     assert "TTFT" not in out
     assert "| fit-mtp3 | 0.26.0 | 3 | no | no | default | - | - | 250000 | - | - | 3.13 | - |" in out
     assert "H200: CUDA's total 1 B, NVML's 2 B of which the driver holds 1 B" in out
+
+
+def _gpu(total: int, free: int, reserved: int):
+    from caovan_kernels.profile import GpuInfo
+
+    return GpuInfo(0, "H200", (9, 0), total, free, reserved_bytes=reserved)
+
+
+def test_a_fit_waits_until_the_gpu_holds_under_a_gib_for_processes(monkeypatch):
+    """NVML stands in (no GPU here): what the driver holds does not count as a process's memory."""
+    import caovan_kernels.profile as profile
+    from caovan_kernels.profile import Inventory
+
+    readings = iter([Inventory((_gpu(100 << 30, 60 << 30, 1 << 29),), "nvml"),
+                     Inventory((_gpu(100 << 30, 99 << 30, 1 << 29),), "nvml")])
+    monkeypatch.setattr(profile, "detect_gpus", lambda: next(readings))
+    monkeypatch.setattr(bench.time, "sleep", lambda s: None)
+    bench.wait_for_quiet_gpu()  # 39.5 GiB held, then 0.5 GiB: returns at the second reading
+    with pytest.raises(StopIteration):
+        next(readings)
+
+    monkeypatch.setattr(profile, "detect_gpus", lambda: Inventory((_gpu(100 << 30, 90 << 30, 0),), "nvml"))
+    with pytest.raises(SystemExit, match="still holds 10.00 GiB"):
+        bench.wait_for_quiet_gpu(timeout_s=0)
+    monkeypatch.setattr(profile, "detect_gpus", lambda: Inventory((), "nvidia-ml-py is not installed"))
+    with pytest.raises(SystemExit, match="nvidia-ml-py is not installed"):
+        bench.wait_for_quiet_gpu()
+
+
+def test_fits_run_one_engine_at_a_time_and_stop_each_whatever_happens(monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(bench, "wait_for_quiet_gpu", lambda: calls.append("quiet"))
+    monkeypatch.setattr(bench, "start", lambda path, model, out, budget, mtp, text, name, **kw: calls.append(
+        ("start", path, mtp, text, name, kw["prefix_caching"], kw["enforce_eager"])))
+    monkeypatch.setattr(bench, "stop", lambda name, out: calls.append(("stop", name)))
+    monkeypatch.setattr(bench, "report", lambda out: calls.append("report"))
+
+    def memory(name, out, timeout):
+        calls.append(("memory", name))
+        if name == "fit-mtp4":
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "memory", memory)
+    with pytest.raises(KeyboardInterrupt):
+        bench.fits(tmp_path, tmp_path, "proxy-caovan", ["mtp3:graphs", "mtp4", "mtp3:text"], 22e9, 60)
+    assert calls == ["quiet", ("start", "proxy-caovan", 3, False, "fit-mtp3-graphs", "default", False),
+                     ("memory", "fit-mtp3-graphs"), ("stop", "fit-mtp3-graphs"),
+                     "quiet", ("start", "proxy-caovan", 4, False, "fit-mtp4", "default", True),
+                     ("memory", "fit-mtp4"), ("stop", "fit-mtp4")]

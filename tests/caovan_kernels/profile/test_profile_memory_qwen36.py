@@ -114,7 +114,7 @@ def test_four_sequences_get_mtp3_and_71200_tokens_or_73600_without_prefix_cachin
 
 # One TP2 rank of the real config (the vision tower too), as benchmarks/scale_bench.py builds it, served by CUDA
 # vLLM 0.21.0 on an H200 with a 22e9-byte budget (docs/verification.md, "Memory fit", 2026-12-04): what vLLM logged.
-H200_TOTAL_BYTES = 150_110_194_529  # torch's total; --gpu-memory-utilization 0.146559 = 22e9 bytes
+H200_TOTAL_BYTES = 150_110_194_529  # the total --gpu-memory-utilization 0.146559 = 22e9 bytes implies (22e9 / 0.146559)
 MEASURED = {"GPU KV cache size (tokens)": 507_096, "Maximum concurrency for 80000 tokens": 6.34}
 
 
@@ -219,3 +219,26 @@ def test_the_budget_is_a_fraction_of_the_total_cuda_sees_not_of_what_the_driver_
     assert held_back.memory["budget_bytes"] < plain.memory["budget_bytes"]
     assert held_back.memory["vllm_kv_cache_tokens"] < plain.memory["vllm_kv_cache_tokens"]
     assert "300.0 MiB more held by the driver" in held_back.decision("AutoMem").reason
+
+
+def test_what_the_driver_holds_reads_as_nothing_where_nvml_has_no_v2():
+    """No GPU here: stand-ins for the binding's three ways of not knowing (old driver, old binding, older binding)."""
+    from types import SimpleNamespace
+
+    from caovan_kernels.profile.gpus import _driver_reserved
+
+    class NVMLError(Exception):
+        pass
+
+    def reads(reserved=None, raises=None, **binding):
+        def get(handle, version=None):
+            if raises:
+                raise raises
+            return SimpleNamespace(reserved=reserved)
+        return SimpleNamespace(NVMLError=NVMLError, nvmlDeviceGetMemoryInfo=get, **binding)
+
+    assert _driver_reserved(reads(reserved=645 << 20, nvmlMemory_v2=0x02000028), None) == 645 << 20
+    assert _driver_reserved(reads(raises=NVMLError("Function Not Found"), nvmlMemory_v2=0x02000028), None) == 0
+    assert _driver_reserved(reads(reserved=1), None) == 0  # no nvmlMemory_v2 in the binding
+    assert _driver_reserved(reads(raises=TypeError("unexpected keyword argument 'version'"),
+                                  nvmlMemory_v2=0x02000028), None) == 0
