@@ -26,12 +26,20 @@ SKIPPED_STATE_WRITES = (
 )
 
 
+# A decode that garbles the whole GDN state cache on every step: what a wrong state write does to the answers, with
+# an outcome that does not depend on what memory the build never wrote happens to hold (skipped writes leave the
+# slots as allocated, which on some machines reads as a harmless zero state: docs/verification.md).
+CORRUPTED_STATE = ("recurrent.py", "        final = initial_state\n",
+                   "        initial_state.mul_(-8.0)  # deliberately broken build (test)\n"
+                   "        final = initial_state\n")
+
+
 def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: bool = False,
-                skip_state_writes: bool = False) -> Path:
-    """Copy the source tree, set caovan_kernels.__version__, optionally make the plugin's register() raise or its
-    decode kernel skip the GDN state writes, and build a wheel with pip (no network: no build isolation, no
-    dependencies). Plugin builds leave the dashboard out (smaller, faster); with_web keeps it, as a release wheel
-    has it."""
+                skip_state_writes: bool = False, corrupt_state: bool = False) -> Path:
+    """Copy the source tree, set caovan_kernels.__version__, optionally make the plugin's register() raise, its
+    kernels skip the GDN state writes or its decode garble the state, and build a wheel with pip (no network: no build
+    isolation, no dependencies). Plugin builds leave the dashboard out (smaller, faster); with_web keeps it, as a
+    release wheel has it."""
     source = workdir / f"src-{version}"
     shutil.copytree(REPO, source, symlinks=True, ignore=shutil.ignore_patterns(*SKIP, *(() if with_web else ("web",))))
     init = source / "caovan_kernels" / "__init__.py"
@@ -45,12 +53,12 @@ def build_wheel(workdir: Path, version: str, broken: bool = False, with_web: boo
                                    "'this plugin build is deliberately broken (test)')\n")
         assert patched != original, "caovan_kernels/vllm/plugin.py has no register() to break"
         plugin.write_text(patched)
-    if skip_state_writes:
-        for name, line, broken_line in SKIPPED_STATE_WRITES:
-            kernel = source / "caovan_kernels" / "gdn" / name
-            original = kernel.read_text()
-            assert original.count(line) == 1, f"caovan_kernels/gdn/{name} has no state write to skip"
-            kernel.write_text(original.replace(line, broken_line))
+    patches = (*(SKIPPED_STATE_WRITES if skip_state_writes else ()), *((CORRUPTED_STATE,) if corrupt_state else ()))
+    for name, line, broken_line in patches:
+        kernel = source / "caovan_kernels" / "gdn" / name
+        original = kernel.read_text()
+        assert original.count(line) == 1, f"caovan_kernels/gdn/{name} has no line {line.strip()!r} to break"
+        kernel.write_text(original.replace(line, broken_line))
     if not (source / "README.md").exists():
         (source / "README.md").write_text("Caovan\n")
     out = workdir / "wheels"
