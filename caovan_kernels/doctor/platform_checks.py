@@ -6,6 +6,7 @@ import platform
 import sys
 
 from caovan_kernels.profile.gpus import GIB, Inventory
+from caovan_kernels.profile.vllm_abilities import INSTALL_VLLM, INSTALL_VLLM_CUDA
 
 from .report import Check, CheckStatus
 
@@ -26,13 +27,13 @@ def check_torch(inventory: Inventory) -> list[Check]:
         import torch
     except ImportError as exc:
         return [Check("torch", "torch", CheckStatus.FAIL, f"not importable ({exc})",
-                      "install vLLM (it pins its torch): pip install 'caovan[gpu]' or 'caovan[cpu]'")]
+                      f"install vLLM, which pins its torch: {INSTALL_VLLM}")]
     cuda = torch.version.cuda
     if cuda is None:
         if inventory.gpus:
             return [Check("torch", "torch", CheckStatus.WARN,
                           f"{torch.__version__} is a CPU build but NVML sees {len(inventory.gpus)} GPU(s)",
-                          "install the CUDA build of vLLM (pip install 'caovan[gpu]'), which brings CUDA torch")]
+                          f"install the CUDA build of vLLM ({INSTALL_VLLM_CUDA}), which brings CUDA torch")]
         return [Check("torch", "torch", CheckStatus.PASS, f"{torch.__version__}, CPU build (no CUDA runtime)")]
     available = torch.cuda.is_available()
     detail = f"{torch.__version__}, CUDA runtime {cuda}, {torch.cuda.device_count() if available else 0} device(s)"

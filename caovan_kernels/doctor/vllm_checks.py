@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 
 from caovan_kernels.profile.gpus import Inventory
-from caovan_kernels.profile.vllm_abilities import detect_vllm
+from caovan_kernels.profile.vllm_abilities import INSTALL_VLLM, detect_vllm
 from caovan_kernels.tensorcore75 import TESTED_TRITON, TURING
 from caovan_kernels.tensorcore75.seam import version_tuple
 from caovan_kernels.vllm.auto_choice import auto_choice
@@ -26,7 +26,7 @@ def check_vllm() -> list[Check]:
     abilities = detect_vllm()
     if abilities.version is None:
         return [Check("vllm", "vLLM", CheckStatus.FAIL, abilities.source,
-                      "install vLLM: pip install 'caovan[gpu]' (CUDA) or 'caovan[cpu]' (the CPU build)")]
+                      f"install vLLM: {INSTALL_VLLM}")]
     return [Check("vllm", "vLLM", CheckStatus.PASS,
                   f"{abilities.distribution or 'vllm'} {abilities.version}; flags from the {abilities.source}")]
 

