@@ -149,6 +149,9 @@ class ProxySettings(BaseModel):
     connect_timeout_s: float = Field(5, gt=0)
     read_timeout_s: float = Field(600, gt=0, description="Longest silence from the engine within one response.")
     retry_after_s: int = Field(10, ge=1, description="Retry-After of a 503.")
+    max_body_mib: int = Field(64, ge=1, description=(
+        "Largest request body relayed, in MiB; a larger one gets a 413 before it is read. Bodies are held whole "
+        "while they wait for the engine, so this bounds what one request can make the daemon hold."))
 
 
 class SecuritySettings(BaseModel):
@@ -158,6 +161,10 @@ class SecuritySettings(BaseModel):
     trusted_origins: list[str] = Field(default_factory=list, description=(
         "Browser origins besides the daemon's own address that may make admin calls, e.g. "
         "'https://caovan.example.com' for a dashboard behind a reverse proxy that rewrites the Host header."))
+    allowed_hosts: list[str] = Field(default_factory=list, description=(
+        "Names besides IP addresses, localhost and this machine's name that clients may reach the daemon by (the "
+        "Host they send), e.g. 'gpu-box.lan' or a container's service name; other names are refused, as a web page "
+        "using DNS rebinding would send them. '*' accepts any name."))
 
     @field_validator("trusted_origins")
     @classmethod
@@ -166,6 +173,16 @@ class SecuritySettings(BaseModel):
             if not re.fullmatch(r"https?://[^/\s]+/?", origin):
                 raise ValueError(f"expected origins like 'https://host[:port]' (scheme and address, no path), "
                                  f"got {origin!r}")
+        return value
+
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            if host != "*" and not re.fullmatch(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?\.?", host):
+                raise ValueError(f"expected host names like 'gpu-box.lan' (no scheme, port or path), or '*', "
+                                 f"got {host!r}")
         return value
 
 

@@ -66,7 +66,7 @@ class Daemon:
         self.metrics = DaemonMetrics()
         self.recent_events = RecentEvents()  # sent to each new /events subscriber first
         self.events: Broadcaster[dict[str, Any]] = Broadcaster(record=self.recent_events.record)
-        self.relay = OpenAIRelay(settings.security, self.metrics)
+        self.relay = OpenAIRelay(settings.security, self.metrics, settings.proxy.max_body_mib << 20)
         self.socket_folder: Path | None = None  # the engines' private Unix sockets (caovan_manager.proxy.upstream)
         self.catalog: Catalog | None = None
         self.slots: dict[str, ModelSlot] = {}

@@ -30,7 +30,10 @@ router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
 
 
 class ControlRequest(BaseModel):
-    reason: str | None = Field(None, max_length=200, description="Why (recorded with the restart).")
+    # Printable text only: the reason goes into the daemon's log, where a newline or an escape sequence could forge
+    # lines that `caovan parse-log` and the operator's terminal read.
+    reason: str | None = Field(None, max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]*$",
+                               description="Why (recorded with the restart); printable text, no control characters.")
 
 
 async def decide(request: Request, command: Command) -> JSONResponse:

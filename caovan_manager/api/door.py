@@ -1,6 +1,6 @@
 """The daemon's front door: an ASGI middleware that sees every request before any routing.
 
-Two refusals happen here, because both must hold for every route, the relay's included:
+Three refusals happen here, because each must hold for every route, the relay's included:
 
 - Request targets that mean something else to the next parser. aiohttp (the relay's client), Starlette's static files
   and vLLM's own router each normalise paths their own way, so a target with dot-segments (`..`, `.`, encoded or
@@ -11,16 +11,29 @@ Two refusals happen here, because both must hold for every route, the relay's in
   127.0.0.1. State-changing calls outside /v1 must therefore be requests no browser sends cross-site without a
   CORS preflight (which the daemon never grants): a JSON body or an Authorization header, and no foreign Origin.
   /v1 stays as open to browsers as vLLM's own API (inference keys guard it where they are set).
+- Host names the daemon does not answer to. A page on a domain whose DNS answer its owner switches to 127.0.0.1
+  (DNS rebinding) is same-origin with the daemon as far as the browser knows: its calls carry a matching Origin and
+  come from loopback, where keyless admin calls are allowed, and it may read /status, /logs and the API. Such calls
+  still name the attacker's domain in Host, so only IP addresses, localhost, this machine's name and the names the
+  operator configured (security.allowed_hosts, the hosts of security.trusted_origins) are served.
 
-Answers are fixed descriptions: nothing of the request (its path, its headers) is echoed back.
+It also refuses what some part behind it would read differently from another: a method the daemon has no use for,
+a deciding header (Host, Authorization, Content-Type, Origin) sent twice; and it bounds the bodies of the daemon's
+own calls, which FastAPI reads whole before any key is checked.
+
+Answers are fixed descriptions: nothing of the request (its path, its headers) is echoed back. Every answer also
+forbids framing, so no page can show the dashboard in a frame and trick the operator's clicks on it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,10 +47,14 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 OPENAI_PREFIX = "/v1/"
+# The daemon's own calls take a few hundred bytes of JSON; FastAPI reads a body whole before any key is checked, so
+# without a bound an unauthenticated caller could make it hold gigabytes. (/v1 has its own: proxy.max_body_mib.)
+OWN_BODY_LIMIT = 1 << 20
 # Percent-encoded '.', '/', '\' and '%' (so nothing decodes to one later), and any control byte.
 _ENCODED = re.compile(rb"%(2e|2f|5c|25|[01][0-9a-f]|7f)", re.IGNORECASE)
 _CONTROL = re.compile(rb"[\x00-\x1f\x7f\\]")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+NO_FRAMING = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"frame-ancestors 'none'")]
 
 
 @dataclass(frozen=True)
@@ -112,17 +129,91 @@ def cross_site_refusal(method: str, headers: dict[bytes, bytes], trusted: Iterab
     return None
 
 
+ANY_HOST = "*"
+
+
+def _host_name(host_header: str) -> str | None:
+    """The name or address in a Host header, in lower case without port, brackets or a final dot; None if unreadable."""
+    try:
+        name = urlsplit(f"http://{host_header}").hostname
+    except ValueError:
+        return None
+    return name.rstrip(".") if name else None
+
+
+@lru_cache(maxsize=1)
+def machine_names() -> frozenset[str]:
+    """This machine's own names, which a browser on it or on its network may use for the daemon."""
+    name = socket.gethostname().lower().rstrip(".")
+    return frozenset({"localhost", name, name.split(".")[0]} - {""})
+
+
+def host_allowed(host_header: str, allowed: Iterable[str]) -> bool:
+    """May a request naming this Host be served? IP addresses always may (DNS rebinding needs a domain name);
+    names only if listed in `allowed` (lower case; "*" accepts any)."""
+    allowed = set(allowed)
+    if ANY_HOST in allowed:
+        return True
+    name = _host_name(host_header)
+    if name is None:
+        return False
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name in allowed
+
+
+# Headers that the door, the key checks and FastAPI each read: with two copies, one part could read the first and
+# another the last (a wrong key beside a right one, a form type beside JSON).
+SINGLE_HEADERS = (b"host", b"authorization", b"content-type", b"origin", b"sec-fetch-site")
+KNOWN_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "POST", "PUT", "PATCH", "DELETE"})
+
+
+def header_refusal(method: str, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
+    """Why a request must be refused for its method or for a header sent twice, or None."""
+    if method not in KNOWN_METHODS:
+        return Refusal(405, f"the daemon answers {', '.join(sorted(KNOWN_METHODS))} only")
+    names = [key for key, _ in headers]
+    for name in SINGLE_HEADERS:
+        if names.count(name) > 1:
+            return Refusal(400, f"the request has more than one {name.decode().title()} header; send one")
+    return None
+
+
+def host_refusal(headers: list[tuple[bytes, bytes]], allowed: Iterable[str]) -> Refusal | None:
+    """Why a request must be refused for the name it was sent to, or None. No Host at all (HTTP/1.0 from a script)
+    is no browser's request and passes."""
+    hosts = [value.decode("latin-1") for key, value in headers if key == b"host"]
+    if hosts and not host_allowed(hosts[0], allowed):
+        return Refusal(403, "the Host header names neither an IP address nor a name this daemon answers to, as a "
+                            "web page reaching it through DNS rebinding would; if you reach the daemon by this name, "
+                            "add it to security.allowed_hosts")
+    return None
+
+
+def trusted_hosts(trusted_origins: Iterable[str], allowed_hosts: Iterable[str]) -> frozenset[str]:
+    """The names the daemon answers to: this machine's, the configured ones, and the trusted origins' hosts."""
+    names = {name.lower().rstrip(".") for name in allowed_hosts}
+    names |= {host for origin in trusted_origins if (host := urlsplit(origin).hostname)}
+    return frozenset(names) | machine_names()
+
+
 class FrontDoor:
     """ASGI middleware in front of the whole daemon (routes, relay, dashboard)."""
 
-    def __init__(self, app: ASGIApp, trusted_origins: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, app: ASGIApp, trusted_origins: Callable[[], Iterable[str]],
+                 allowed_hosts: Callable[[], Iterable[str]]) -> None:
         self.app = app
         self.trusted_origins = trusted_origins
+        self.allowed_hosts = allowed_hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http":
+            send = _unframeable(send)
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         openai = raw_path.startswith(OPENAI_PREFIX.encode())
         try:
@@ -130,13 +221,60 @@ class FrontDoor:
         except TargetRefused as exc:
             await _refuse(scope, send, exc.status, str(exc), openai, "invalid_request_target")
             return
+        refusal = header_refusal(scope.get("method", "GET"), scope["headers"]) or host_refusal(
+            scope["headers"], trusted_hosts(self.trusted_origins(), self.allowed_hosts()))
+        if refusal is not None:
+            await _refuse(scope, send, refusal.status, refusal.message, openai, "request_refused")
+            return
         if scope["type"] == "http" and not openai:
             headers = dict(scope["headers"])
             refusal = cross_site_refusal(scope["method"], headers, self.trusted_origins())
             if refusal is not None:
                 await _refuse(scope, send, refusal.status, refusal.message, False, "cross_site_refused")
                 return
+            body = await _bounded_body(headers, receive, OWN_BODY_LIMIT)
+            if body is None:
+                await _refuse(scope, send, 413, f"the request body is larger than the daemon's own calls take "
+                                                f"({OWN_BODY_LIMIT >> 20} MiB); send the JSON the API docs describe",
+                              False, "body_too_large")
+                return
+            receive = _replay(body, receive)
         await self.app(scope, receive, send)
+
+
+async def _bounded_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> list[Message] | None:
+    """The request's body messages, read up to `limit` bytes; None if it declares or sends more."""
+    declared = headers.get(b"content-length", b"")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    messages, size = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":  # the client left: the app sees that as it would have
+            return messages
+        size += len(message.get("body", b""))
+        if size > limit:
+            return None
+        if not message.get("more_body"):
+            return messages
+
+
+def _unframeable(send: Send) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), *NO_FRAMING]
+        await send(message)
+    return sending
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that gives the messages already read, then the client's own (a disconnect, for streams)."""
+    pending = list(messages)
+
+    async def replayed() -> Message:
+        return pending.pop(0) if pending else await receive()
+    return replayed
 
 
 async def _refuse(scope: Scope, send: Send, status: int, message: str, openai: bool, kind: str) -> None:
@@ -147,6 +285,8 @@ async def _refuse(scope: Scope, send: Send, status: int, message: str, openai: b
     document = ({"error": {"message": message, "type": kind, "param": None, "code": status}} if openai
                 else {"detail": message})
     body = json.dumps(document).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 413:  # the rest of the body is not read: end the connection instead of reading on
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -48,8 +48,9 @@ async def activate(request: Request, version: str = Path(..., max_length=64,
     if target is not None:
         try:
             daemon.plugins.site_dir(target)
-        except UnknownVersion as exc:
-            raise HTTPException(404, detail=str(exc)) from None
+        except UnknownVersion:  # fixed words: the store's own message names its folder and repeats the version
+            raise HTTPException(404, detail="no plugin version of that name is installed; GET /plugins lists the "
+                                            "installed ones, `caovan plugins add WHEEL` adds one") from None
         except PluginStoreError as exc:
             raise HTTPException(400, detail=str(exc)) from None
     return await decide(request, ActivateCommand(target))

@@ -25,13 +25,13 @@ class ModelRouter:
         self.created = int(time.time())
 
     def route(self, method: str, path: str, body: bytes, content_type: str) -> Route | Answer:
+        if path.startswith("models/") and method == "GET":  # one model's card: answered here, loading nothing
+            return self._card(path[len("models/"):])  # (vLLM serves only the list)
         if not self.catalog.routed:
             return self.slots[self.catalog.primary.name].route
         if path == "models" and method == "GET":
             return Answer(200, self.listing())
-        if path.startswith("models/") and method == "GET":  # one model's card: answered here, loading nothing
-            return self._card(path[len("models/"):])
-        if not body or "json" not in content_type:
+        if not body or "json" not in content_type.lower():  # media types are case-insensitive (RFC 9110)
             return self._named(None)
         try:
             document = json.loads(body)

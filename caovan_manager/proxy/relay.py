@@ -56,8 +56,8 @@ class OpenAIRelay:
     """The ASGI app behind /v1. Each engine run brings its own connection pool (caovan_manager.proxy.upstream), which
     the gate hands out with each admission."""
 
-    def __init__(self, security: SecuritySettings, metrics: DaemonMetrics) -> None:
-        self.security, self.metrics = security, metrics
+    def __init__(self, security: SecuritySettings, metrics: DaemonMetrics, max_body_bytes: int) -> None:
+        self.security, self.metrics, self.max_body_bytes = security, metrics, max_body_bytes
         self.router: Router | None = None
 
     def start(self, router: Router) -> None:
@@ -66,7 +66,7 @@ class OpenAIRelay:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":  # a WebSocket: vLLM's realtime API is not relayed
             await send({"type": "websocket.close", "code": 1003,
-                        "reason": "the daemon relays HTTP only; connect to the engine's port for WebSockets"})
+                        "reason": "the daemon relays HTTP only; vLLM's WebSocket (realtime) API is not served"})
             return
         exchange = _Exchange(self, scope, receive, send)
         task = asyncio.current_task()
@@ -107,11 +107,13 @@ class _Exchange:
 
     async def read_request(self) -> bool:
         """Check the key, read the body; False if the request ends here (refused, or the client left)."""
-        authorization = None
+        authorization, declared = None, b""
         headers = self.headers
         for name, value in self.scope["headers"]:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
+            elif name == b"content-length":  # not forwarded (the relay sends its own), but the client's promise
+                declared = value
             elif name not in DROP_REQUEST:
                 headers[name.decode("latin-1")] = value.decode("latin-1")
         if not inference_key_accepted(self.relay.security, authorization):
@@ -122,13 +124,22 @@ class _Exchange:
         except NotRelayed as exc:
             await self.error(exc.status, str(exc), "NotFoundError" if exc.status == 404 else "MethodNotAllowed")
             return False
-        chunks = []
+        limit = self.relay.max_body_bytes
+        if declared.isdigit() and int(declared) > limit:
+            await self.too_large()
+            return False
+        chunks, size = [], 0
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
                 self.client_gone = True
                 return False
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:  # a chunked body, or one longer than it said
+                await self.too_large()
+                return False
+            chunks.append(chunk)
             if not message.get("more_body"):
                 break
         self.body = b"".join(chunks)
@@ -248,6 +259,11 @@ class _Exchange:
             await send({"type": "http.response.body", "body": f"data: {json.dumps(error)}\n\n".encode(),
                         "more_body": True})
         await send({"type": "http.response.body", "body": b""})
+
+    async def too_large(self) -> None:
+        await self.error(413, f"the request body is larger than the daemon relays (proxy.max_body_mib = "
+                              f"{self.relay.max_body_bytes >> 20}); send a smaller one, or raise the setting",
+                         "invalid_request_error", {"Connection": "close"})
 
     async def error(self, status: int, message: str, kind: str, headers: dict[str, str] | None = None) -> None:
         await self.send_json(status, {"error": {"message": message, "type": kind, "code": status}}, headers)

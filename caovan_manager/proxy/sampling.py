@@ -12,10 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 
+import pydantic
+
 from caovan_kernels.contract import GREEDY_ONLY, SAMPLING_DECISION
 
 # vLLM treats a temperature below this as greedy decoding.
 GREEDY_BELOW = 1e-5
+# How vLLM's request models read `temperature`: pydantic in lax mode, so "0.7" and true are numbers too, and NaN
+# (which Python's JSON reader accepts) passes their checks and samples.
+_TEMPERATURE = pydantic.TypeAdapter(float | None)
 # Where a body's `temperature` asks for sampling.
 SAMPLING_LABELS = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"})
 
@@ -37,8 +42,13 @@ def sampling_refusal(label: str, body: bytes, greedy_only: str) -> str | None:
         document = json.loads(body)
     except (ValueError, RecursionError):
         return None
-    temperature = document.get("temperature") if isinstance(document, dict) else None
-    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature >= GREEDY_BELOW:
+    if not isinstance(document, dict):
+        return None
+    try:
+        temperature = _TEMPERATURE.validate_python(document.get("temperature"))
+    except pydantic.ValidationError:
+        return None  # the engine refuses a temperature it cannot read
+    if temperature is not None and not temperature < GREEDY_BELOW:
         return (f"this engine decodes greedily only ({greedy_only}); send the request without `temperature` "
                 f"or with `temperature: 0`")
     return None

@@ -23,9 +23,10 @@ class RawResponse:
         return self.body.decode("utf-8", "replace")
 
 
-def raw_request(port: int, method: str, target: str | bytes, headers: dict[str, str] | None = None,
+def raw_request(port: int, method: str, target: str | bytes, headers: dict[str, str | list[str]] | None = None,
                 body: bytes = b"", host: str = "127.0.0.1", timeout_s: float = 30) -> RawResponse:
-    """Send one request to host:port with the target byte for byte, read the whole response (Connection: close)."""
+    """Send one request to host:port with the target byte for byte, read the whole response (Connection: close). A
+    header given a list is sent once per item."""
     target_bytes = target if isinstance(target, bytes) else target.encode("latin-1")
     lines = [b"%s %s HTTP/1.1" % (method.encode(), target_bytes)]
     given = {name.lower(): value for name, value in (headers or {}).items()}
@@ -33,7 +34,8 @@ def raw_request(port: int, method: str, target: str | bytes, headers: dict[str, 
     given["connection"] = "close"
     if body or method in ("POST", "PUT", "PATCH"):
         given["content-length"] = str(len(body))
-    lines += [f"{name}: {value}".encode("latin-1") for name, value in given.items()]
+    lines += [f"{name}: {value}".encode("latin-1") for name, values in given.items()
+              for value in (values if isinstance(values, list) else [values])]
     with socket.create_connection((host, port), timeout=timeout_s) as sock:
         sock.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + body)
         chunks = []
@@ -60,3 +62,21 @@ def _unchunk(data: bytes) -> bytes:
         out.append(data[:size])
         data = data[size + 2:]
     return b"".join(out)
+
+
+def raw_exchange(port: int, head: bytes, body_parts: list[bytes]) -> bytes:
+    """Write a request as raw bytes (the body may stop early when the daemon answers first); return the response."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        try:
+            sock.sendall(head)
+            for part in body_parts:
+                sock.sendall(part)
+        except OSError:  # the daemon answered and closed while the body was still coming
+            pass
+        chunks = []
+        try:
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+        except ConnectionResetError:
+            pass
+    return b"".join(chunks)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
+from caovan_manager.api import doctor as doctor_api
 from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget
+from tests.caovan_manager.api import LOCAL
 
 ADMIN = "adm-7f3c-secret"
 INFER = "inf-91aa-secret"
@@ -19,7 +21,7 @@ def client(tmp_path):
     settings = load_settings(state_dir=str(tmp_path), security={
         "admin_keys": [ADMIN], "inference_keys": [INFER], "metrics_keys": [METRICS]})
     target = EngineTarget("/models/none", ["--api-key", "engine-side-secret"])
-    with TestClient(create_app(settings, target, autostart=False)) as test_client:
+    with TestClient(create_app(settings, target, autostart=False), base_url=LOCAL) as test_client:
         yield test_client
 
 
@@ -77,7 +79,7 @@ def test_metrics_keyed_by_configuration(client):
 
 def test_metrics_open_without_metrics_keys(tmp_path):
     settings = load_settings(state_dir=str(tmp_path))
-    with TestClient(create_app(settings, EngineTarget("/models/none", []), autostart=False)) as client:
+    with TestClient(create_app(settings, EngineTarget("/models/none", []), autostart=False), base_url=LOCAL) as client:
         assert client.get("/metrics").status_code == 200
 
 
@@ -119,3 +121,23 @@ def test_a_model_named_by_its_path_is_not_addressed_through_an_encoded_slash(cli
     response = client.post("/models/%2Fmodels%2Fnone/unload", headers=bearer(ADMIN))
     assert response.status_code == 400 and "percent-encodes" in response.json()["detail"], response.text
     assert client.post("/stop", headers=bearer(ADMIN)).status_code == 202
+
+
+def test_doctor_reruns_on_refresh_at_most_every_doctor_min_rerun_s(client, monkeypatch):
+    """Any page can send the GET (an <img> needs no key), so refresh=1 cannot make the daemon run the doctor (seconds
+    of CPU) on every request. The doctor itself is a stand-in here; test_main_flow runs the real one."""
+    runs, now = [], [1000.0]
+
+    async def counted(daemon):
+        runs.append(now[0])
+        return {"source": "stand-in", "checks": []}
+    monkeypatch.setattr(doctor_api, "run_doctor", counted)
+    monkeypatch.setattr(doctor_api.time, "time", lambda: now[0])
+    assert client.get("/doctor").json()["cached"] is False
+    now[0] += doctor_api.DOCTOR_MIN_RERUN_S - 1
+    for _ in range(5):
+        assert client.get("/doctor?refresh=1").json()["cached"] is True
+    now[0] += 1
+    assert client.get("/doctor?refresh=1").json()["cached"] is False
+    assert client.get("/doctor").json()["cached"] is True
+    assert runs == [1000.0, 1000.0 + doctor_api.DOCTOR_MIN_RERUN_S]

@@ -5,6 +5,7 @@ daemon with a real engine behind it: tests/integration/daemon/test_front_door.py
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 from fastapi.testclient import TestClient
@@ -13,10 +14,11 @@ from caovan_manager.api.door import check_target, origin_matches
 from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget
-from caovan_manager.errors import NotRelayed, TargetRefused
+from caovan_manager.errors import ConfigError, NotRelayed, TargetRefused
 from caovan_manager.proxy.allowlist import RELAYED, match
+from tests.caovan_manager.api import LOCAL
 from tests.support.door_attacks import ENGINE_ROUTES, TWO_READINGS
-from tests.support.raw_http import raw_request
+from tests.support.raw_http import raw_exchange, raw_request
 from tests.support.served import served_daemon
 
 ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate"),
@@ -79,12 +81,14 @@ def test_engine_routes_outside_the_allowlist_are_answered_by_the_daemon_and_neve
                 response = raw_request(port, method, f"/v1/{route}", {"Content-Type": "application/json"}, b"{}")
                 assert response.status in (404, 405), (method, route, response.status, response.text)
                 assert response.json()["error"]["type"] in ("NotFoundError", "MethodNotAllowed")
-        # Each relayed route reaches the gate instead (a 503: the engine is stopped).
+        # Each relayed route reaches the gate instead (a 503: the engine is stopped), but one model's card, which the
+        # daemon answers itself (vLLM has none): "x" is no model here.
         for route in RELAYED:
             path = re.sub(r"\{[a-z_]+(:path)?\}", "x", route.template)
             response = raw_request(port, route.method, f"/v1/{path}", {"Content-Type": "application/json"},
                                    b'{"model": "x"}')
-            assert response.status == 503, (route, response.status, response.text)
+            expected = 404 if route.template.startswith("models/") else 503
+            assert response.status == expected, (route, response.status, response.text)
 
 
 def test_a_cross_site_form_or_simple_fetch_cannot_act_on_a_daemon_without_keys(tmp_path):
@@ -123,12 +127,12 @@ def test_without_admin_keys_admin_calls_come_from_this_machine_only(tmp_path):
         return create_app(load_settings(state_dir=str(tmp_path / folder)), EngineTarget("/models/none", []),
                           autostart=False)
 
-    with TestClient(app("remote"), client=("203.0.113.7", 40000)) as remote:
+    with TestClient(app("remote"), client=("203.0.113.7", 40000), base_url=LOCAL) as remote:
         refused = remote.post("/stop", json={})
         assert refused.status_code == 403 and "security.admin_keys" in refused.json()["detail"]
         assert remote.get("/status").status_code == 200  # reading stays open
     for address in ("::1", "127.0.0.5", "::ffff:127.0.0.1"):
-        with TestClient(app(address), client=(address, 40000)) as local:
+        with TestClient(app(address), client=(address, 40000), base_url=LOCAL) as local:
             assert local.post("/stop", json={}).status_code in (202, 409), address
 
 
@@ -153,6 +157,9 @@ def test_bad_input_gets_a_4xx_with_a_message_and_no_reflected_text(tmp_path):
             ("POST", "/models/%3Csvg%20onload%3Dalert(1)%3E/unload", admin, b"{}"),
             ("POST", "/models/%3Csvg%20onload%3Dalert(1)%3E/unload", {"Content-Type": "application/json"}, b"{}"),
             ("POST", "/plugins/%3Cscript%3E/activate", admin, b"{}"),
+            ("POST", "/plugins/nope-9f3a/activate", admin, b"{}"),  # well formed, not installed
+            # a reason that would forge a log line ("engine ready") and colour the operator's terminal
+            ("POST", "/restart", admin, b'{"reason": "x\\nINFO [caovan] engine ready (FORGED)\\u001b[31m"}'),
             ("POST", "/draft-vocab", admin, deep),
             ("POST", "/draft-vocab", admin, b'{"setting": "\xff"}'),
             ("POST", "/draft-vocab", admin, b'{"setting": "<svg onload=alert(1)>"}'),
@@ -167,23 +174,114 @@ def test_bad_input_gets_a_4xx_with_a_message_and_no_reflected_text(tmp_path):
             response = raw_request(port, method, target, headers, body)
             assert 400 <= response.status < 500, (target, body[:40], response.status, response.text[:300])
             assert response.text.strip(), (target, "an empty error body")
-            for reflected in ("<svg", "<script", "svg onload", "\ufffd", "xxxxxxxxxx"):
+            for reflected in ("<svg", "<script", "svg onload", "\ufffd", "xxxxxxxxxx", "nope-9f3a", "FORGED",
+                              str(tmp_path)):
                 assert reflected not in response.text, (target, response.text[:300])
 
 
 def test_odd_host_headers_change_nothing(tmp_path):
     """The Host-header confusion class (a Host carrying a path, a user part, or nothing) must neither bend routing
-    nor reach the engine: what passes is routed on the request target alone."""
+    nor reach the engine: each is refused, and the door reads the target alone."""
     with served_daemon(tmp_path) as served:
         port = int(served.url.rsplit(":", 1)[1])
         for host in ("x/", "x?", "x#", "evil.example/v1/../metrics", "127.0.0.1:1@evil.example", "", "[::1",
                      "a" * 300):
             status = raw_request(port, "GET", "/status", {"Host": host})
-            assert status.status in (200, 400), (host, status.status)
+            assert status.status in (400, 403), (host, status.status)
             escape = raw_request(port, "GET", "/v1/../metrics", {"Host": host})
             assert escape.status == 400, (host, escape.status)
             relayed = raw_request(port, "GET", "/v1/server_info", {"Host": host})
-            assert relayed.status in (400, 404), (host, relayed.status)
+            assert relayed.status in (400, 403, 404), (host, relayed.status)
             for response in (status, escape, relayed):
                 assert "evil.example" not in response.text, host  # the Host is not echoed
         assert served.requests_counted("503") == 0
+
+
+def test_a_page_that_rebinds_its_name_to_this_machine_can_neither_act_nor_read(tmp_path):
+    """DNS rebinding: the page's domain now resolves to 127.0.0.1, so its calls come from loopback (keyless admin
+    calls are allowed there) with an Origin that matches the Host it names. The Host is the attacker's name, and the
+    door serves only IP addresses, localhost, this machine's name and configured names."""
+    allowed = "gpu-box.lan"
+    with served_daemon(tmp_path, security={"allowed_hosts": [allowed]}) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        machine = served.daemon.primary.machine
+        before = (machine.state, machine.run)
+        rebound = f"rebind.evil.example:{port}"
+        page = {"Host": rebound, "Origin": f"http://{rebound}", "Sec-Fetch-Site": "same-origin",
+                "Content-Type": "application/json"}
+        for method, path in ACTIONS + [("GET", "/status"), ("GET", "/logs"), ("GET", "/doctor"),
+                                       ("GET", "/v1/models"), ("POST", "/v1/chat/completions"), ("GET", "/")]:
+            response = raw_request(port, method, path, page, b"{}" if method == "POST" else b"")
+            assert response.status == 403, (method, path, response.status, response.text[:200])
+            assert "security.allowed_hosts" in response.text and "evil" not in response.text
+        assert (machine.state, machine.run) == before, "a refused call acted"
+        assert served.requests_counted("503") == 0, "a refused /v1 call reached the relay's gate"
+        two = raw_request(port, "GET", "/status", {"Host": [f"127.0.0.1:{port}", rebound]})
+        assert two.status == 400 and "more than one Host" in two.text
+        # Addresses and the names this daemon answers to are served, whatever the port and case.
+        for host in (f"127.0.0.1:{port}", f"[::1]:{port}", "10.1.2.3", f"LOCALHOST:{port}", "localhost.",
+                     f"{socket.gethostname()}:{port}", f"GPU-box.lan:{port}"):
+            assert raw_request(port, "GET", "/status", {"Host": host}).status == 200, host
+        own = {"Host": f"{allowed}:{port}", "Origin": f"http://{allowed}:{port}", "Content-Type": "application/json"}
+        assert raw_request(port, "POST", "/stop", own, b'{"reason": "test"}').status in (202, 409)
+    with served_daemon(tmp_path / "any", security={"allowed_hosts": ["*"]}) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        assert raw_request(port, "GET", "/status", {"Host": "rebind.evil.example"}).status == 200
+
+
+def test_allowed_hosts_are_names_only():
+    for bad in ("http://gpu-box.lan", "gpu-box.lan:8000", "gpu-box.lan/x", "", "a b"):
+        with pytest.raises(ConfigError, match="allowed_hosts"):
+            load_settings(security={"allowed_hosts": [bad]})
+
+
+def test_an_oversized_body_to_the_daemons_own_routes_gets_a_413_before_any_key_is_checked(tmp_path):
+    """FastAPI reads a body whole before a route's key check runs: the door bounds it, for callers without keys."""
+    with served_daemon(tmp_path, security={"admin_keys": ["adm-door"]}) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        machine = served.daemon.primary.machine
+        before = (machine.state, machine.run)
+        head = (f"POST /restart HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                f"Connection: close\r\n").encode()
+        declared = raw_exchange(port, head + b"Content-Length: 1073741824\r\n\r\n", [])
+        piece = b" " * 65536
+        chunked = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\n\r\n",
+                               [b"%x\r\n%s\r\n" % (len(piece), piece)] * 20 + [b"0\r\n\r\n"])
+        for response in (declared, chunked):
+            assert response.startswith(b"HTTP/1.1 413 "), response[:200]
+            assert b"1 MiB" in response
+        # Under the bound, the call goes on to its key check as before.
+        small = b'{"reason": "' + b"x" * 100 + b'"}'
+        keyless = raw_exchange(port, head + f"Content-Length: {len(small)}\r\n\r\n".encode(), [small])
+        assert keyless.startswith(b"HTTP/1.1 401 "), keyless[:200]
+        assert (machine.state, machine.run) == before
+
+
+def test_no_page_can_frame_the_dashboard_or_any_answer(tmp_path):
+    with served_daemon(tmp_path) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        for method, target in (("GET", "/"), ("GET", "/status"), ("GET", "/v1/models"), ("GET", "/v1/../x"),
+                               ("GET", "/nothing-here")):
+            response = raw_request(port, method, target)
+            assert response.headers.get("x-frame-options") == "DENY", (target, response.headers)
+            assert response.headers.get("content-security-policy") == "frame-ancestors 'none'", target
+
+
+def test_a_header_sent_twice_or_an_unknown_method_is_refused_before_any_part_reads_it(tmp_path):
+    """The relay's key check read the last Authorization and FastAPI the first: a wrong key beside a right one got
+    through one of them. Each header that decides something must come once."""
+    with served_daemon(tmp_path, security={"inference_keys": ["inf-door"], "admin_keys": ["adm-door"]}) as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        machine = served.daemon.primary.machine
+        before = (machine.state, machine.run)
+        keys = {"Authorization": ["Bearer wrong", "Bearer inf-door"], "Content-Type": "application/json"}
+        assert raw_request(port, "POST", "/v1/chat/completions", keys, b"{}").status == 400
+        admin = {"Authorization": ["Bearer adm-door", "Bearer wrong"], "Content-Type": "application/json"}
+        assert raw_request(port, "POST", "/restart", admin, b"{}").status == 400
+        types = {"Authorization": "Bearer adm-door", "Content-Type": ["text/plain", "application/json"]}
+        response = raw_request(port, "POST", "/stop", types, b"{}")
+        assert response.status == 400 and "more than one Content-Type header" in response.text
+        for method in ("TRACE", "CONNECT", "PROPFIND"):
+            response = raw_request(port, method, "/", {})
+            assert response.status == 405 and "GET" in response.text, (method, response.status)
+        assert (machine.state, machine.run) == before

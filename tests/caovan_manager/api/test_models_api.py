@@ -9,6 +9,7 @@ from fastapi.testclient import TestClient
 from caovan_manager.app import create_app
 from caovan_manager.config import load_settings
 from caovan_manager.errors import ConfigError
+from tests.caovan_manager.api import LOCAL
 
 ADMIN = "adm-models-secret"
 MODELS = {
@@ -21,7 +22,7 @@ MODELS = {
 @pytest.fixture
 def client(tmp_path):
     settings = load_settings(state_dir=str(tmp_path), models=MODELS, security={"admin_keys": [ADMIN]})
-    with TestClient(create_app(settings, autostart=False)) as test_client:
+    with TestClient(create_app(settings, autostart=False), base_url=LOCAL) as test_client:
         yield test_client
 
 
@@ -115,3 +116,25 @@ def test_a_canary_on_request_needs_the_admin_key_a_known_model_and_a_ready_engin
     rows = client.get("/models").json()["models"]
     assert rows[0]["canary"] == {"enabled": True, "action": "alert", "interval_s": 900.0, "running": None, "runs": 0,
                                  "last": None, "degraded": None, "fallback_args": None}
+
+
+def test_the_body_is_read_for_its_model_whatever_the_case_of_its_media_type(client):
+    """Media types are case-insensitive, and vLLM reads `Application/JSON` as JSON: routing must too, or a request
+    naming one model would go to the first entry's engine."""
+    for content_type in ("Application/JSON", "application/json; charset=UTF-8", "APPLICATION/JSON"):
+        response = client.post("/v1/completions", content=b'{"model": "gpt-4", "prompt": "x"}',
+                               headers={"content-type": content_type})
+        assert response.status_code == 404, content_type
+        assert "coder, chat, embed" in response.json()["error"]["message"]
+
+
+def test_without_a_models_table_one_model_is_looked_up_by_the_daemon(tmp_path):
+    """vLLM serves the model list but no single model's card (GET /v1/models/{model} is a bare 404 there), so the
+    daemon answers it, as it does with a models table."""
+    named = load_settings(state_dir=str(tmp_path), engine={"model": "/models/none-single",
+                                                           "args": ["--served-model-name", "solo"]})
+    with TestClient(create_app(named, autostart=False), base_url=LOCAL) as single:
+        card = single.get("/v1/models/solo")
+        assert card.status_code == 200 and card.json()["id"] == "solo" and card.json()["object"] == "model"
+        missing = single.get("/v1/models/gpt-4")
+        assert missing.status_code == 404 and "gpt-4" not in missing.text and "solo" in missing.text

@@ -8,6 +8,7 @@ killed mid-stream are tested on the real engine (tests/integration/daemon)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from caovan_manager.proxy.upstream import Upstream, open_upstream
+from tests.support.raw_http import raw_exchange
 from tests.support.served import ServedDaemon, served_daemon
 
 
@@ -176,3 +178,31 @@ def test_a_request_queued_through_a_restart_onto_a_dead_engine_waits_queue_wait_
         assert 0.9 < waited < 1.2, f"503 after {waited:.2f} s with proxy.queue_wait_s = 1"
         message = response.json()["error"]["message"]
         assert "waited 1 s (proxy.queue_wait_s)" in message and "restarting again" in message, message
+
+
+def test_a_body_over_proxy_max_body_mib_gets_a_413_and_never_reaches_the_engine(tmp_path):
+    with served_daemon(tmp_path, proxy={"max_body_mib": 1, "read_timeout_s": 0.5}) as served:
+        engine = SilentEngine()
+        served.call(served.daemon.primary.gate.open, engine.start(served, tmp_path / "silent.sock"))
+        port = int(served.url.rsplit(":", 1)[1])
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+                f"Connection: close\r\n").encode()
+        # Declared too large: answered from the headers, before a byte of the body is sent.
+        declared = raw_exchange(port, head + b"Content-Length: 1073741824\r\n\r\n", [])
+        # Chunked (no length given): refused once the daemon has read past the limit.
+        piece = b" " * 65536
+        chunked = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\n\r\n",
+                                  [b"%x\r\n%s\r\n" % (len(piece), piece)] * 40 + [b"0\r\n\r\n"])
+        for response in (declared, chunked):
+            assert response.startswith(b"HTTP/1.1 413 "), response[:200]
+            assert b"proxy.max_body_mib = 1" in response, response[-300:]
+        assert engine.requests_seen == 0
+        # A body under the limit goes on to the engine (this one stays silent: a 502 after the read timeout).
+        under = json.dumps({**CHAT, "prompt": "x" * ((1 << 20) - 1000)}).encode()
+        relayed = raw_exchange(port, head + f"Content-Length: {len(under)}\r\n\r\n".encode(), [under])
+        assert relayed.startswith(b"HTTP/1.1 502 "), relayed[:200]
+        assert engine.requests_seen == 1
+        counted = served.daemon.metrics.registry.get_sample_value(
+            "caovan_proxy_requests_total", {"model": "unknown", "endpoint": "/v1/completions", "status": "413"})
+        assert counted == 2  # the body, which names the model, was never read
+        assert served.call(lambda: served.daemon.primary.gate.in_flight) == 0

@@ -65,10 +65,14 @@ def test_requests_that_would_sample_are_refused_by_the_cpu_engine_and_greedy_one
     decisions = {d["name"]: d for d in daemon.status()["launch"]["decisions"]}
     assert decisions["sampling"]["value"] == "greedy only", decisions
     chat = {"model": "caovan-demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8}
-    for sampling in ({"temperature": 0.7}, {"temperature": 1.0, "top_k": 20}, {"temperature": 0.8, "top_p": 0.9}):
-        response = raw_request(daemon.port, "POST", "/v1/chat/completions", inference(),
-                               json.dumps({**chat, **sampling}).encode())
-        assert response.status == 400, (sampling, response.status, response.text[:300])
+    # vLLM reads "0.7", true and NaN as temperatures that sample (the first two through pydantic's lax mode).
+    samplings = ({"temperature": 0.7}, {"temperature": 1.0, "top_k": 20}, {"temperature": 0.8, "top_p": 0.9},
+                 {"temperature": "0.7", "top_k": 5}, {"temperature": True})
+    bodies = [json.dumps({**chat, **sampling}).encode() for sampling in samplings]
+    bodies.append(json.dumps(chat)[:-1].encode() + b', "temperature": NaN, "top_k": 5}')
+    for body in bodies:
+        response = raw_request(daemon.port, "POST", "/v1/chat/completions", inference(), body)
+        assert response.status == 400, (body, response.status, response.text[:300])
         assert "decodes greedily only" in response.json()["error"]["message"]
     served = raw_request(daemon.port, "POST", "/v1/chat/completions", inference(), json.dumps(chat).encode())
     assert served.status == 200 and served.json()["choices"][0]["message"]["content"].startswith("Sure here is")
