@@ -343,6 +343,9 @@ DECISIONS_KIND = "launch_decisions"
 # requests that would sample rather than relay them (caovan_manager.proxy.sampling).
 SAMPLING_DECISION = "sampling"
 GREEDY_ONLY = "greedy only"
+# What a greedy-only engine takes as its generation config's temperature: a request that leaves `temperature` unset
+# gets the model's default, and Qwen checkpoints ship 0.6 to 0.7 (the daemon's guard reads only what requests send).
+GREEDY_DEFAULTS = {"temperature": 0.0}
 # The memory plan's prediction of vLLM's own KV cache lines: its value is "N tokens" (vLLM's "GPU KV cache size"), its
 # reason quotes the "Maximum concurrency for L tokens per request: Cx" line vLLM should log. The scale benchmark holds
 # a start's log to it.

@@ -50,7 +50,8 @@ def create_app(settings: Settings, target: EngineTarget | None = None, autostart
     app.router.routes.insert(0, Mount("/v1", app=daemon.relay, name="openai"))
     # Outermost, before any routing: request targets with two readings and cross-site calls that act end here.
     app.add_middleware(FrontDoor, trusted_origins=lambda: daemon.settings.security.trusted_origins,
-                       allowed_hosts=lambda: daemon.settings.security.allowed_hosts)
+                       # the name the daemon was told to listen on is one it answers to (its CLI calls it so)
+                       allowed_hosts=lambda: [*daemon.settings.security.allowed_hosts, daemon.settings.host])
     install_error_handlers(app)
     web = settings.web_dir or default_web_dir()
     if (web / "index.html").is_file():

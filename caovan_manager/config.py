@@ -150,8 +150,9 @@ class ProxySettings(BaseModel):
     read_timeout_s: float = Field(600, gt=0, description="Longest silence from the engine within one response.")
     retry_after_s: int = Field(10, ge=1, description="Retry-After of a 503.")
     max_body_mib: int = Field(64, ge=1, description=(
-        "Largest request body relayed, in MiB; a larger one gets a 413 before it is read. Bodies are held whole "
-        "while they wait for the engine, so this bounds what one request can make the daemon hold."))
+        "Largest request body relayed, in MiB; a larger one gets a 413 (from its Content-Length, before it is read, "
+        "or once a chunked body passes it). Bodies are held whole while they wait for the engine: up to "
+        "queue_size x this in all."))
 
 
 class SecuritySettings(BaseModel):
@@ -162,9 +163,9 @@ class SecuritySettings(BaseModel):
         "Browser origins besides the daemon's own address that may make admin calls, e.g. "
         "'https://caovan.example.com' for a dashboard behind a reverse proxy that rewrites the Host header."))
     allowed_hosts: list[str] = Field(default_factory=list, description=(
-        "Names besides IP addresses, localhost and this machine's name that clients may reach the daemon by (the "
-        "Host they send), e.g. 'gpu-box.lan' or a container's service name; other names are refused, as a web page "
-        "using DNS rebinding would send them. '*' accepts any name."))
+        "Names besides IP addresses, localhost, this machine's name and the listening host that clients may reach "
+        "the daemon by (the Host they send), e.g. 'gpu-box.lan' or a container's service name; other names are "
+        "refused, as a web page using DNS rebinding would send them. '*' accepts any name."))
 
     @field_validator("trusted_origins")
     @classmethod
@@ -174,7 +175,6 @@ class SecuritySettings(BaseModel):
                 raise ValueError(f"expected origins like 'https://host[:port]' (scheme and address, no path), "
                                  f"got {origin!r}")
         return value
-
 
     @field_validator("allowed_hosts")
     @classmethod

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from caovan_kernels.contract import (
+    GREEDY_DEFAULTS,
     GREEDY_ONLY,
     KV_REPORT_DECISION,
     MTP_DEFAULT,
@@ -163,7 +164,28 @@ def _plan_cpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
                "speculative decoding's sampler is Triton code, which vLLM's CPU build runs only with a Triton CPU "
                "backend (none installed; PyPI has none): requests that sample would get wrong tokens and top_k "
                "stops the engine, so the daemon refuses temperature > 0; greedy requests are exact")
+        _greedy_by_default(b)
     return "CPU"
+
+
+def _greedy_by_default(b: _Builder) -> None:
+    """Make a request without `temperature` decode greedily on a greedy-only engine: vLLM fills it in from the model's
+    generation config, which samples for most checkpoints."""
+    reason = ("a request without `temperature` takes the model's generation config, which samples for most "
+              "checkpoints (Qwen's: 0.6 to 0.7); this engine decodes greedily only")
+    pinned = b.pinned.value("--override-generation-config")
+    if pinned is None:
+        b.decide("greedy default", "--override-generation-config", json.dumps(GREEDY_DEFAULTS), reason)
+        return
+    try:
+        overrides = json.loads(pinned)
+        greedy = float(overrides["temperature"]) == 0.0  # vLLM samples at any temperature above 0 (at least 0.01)
+    except (ValueError, TypeError, KeyError):
+        greedy = False
+    if not greedy:
+        raise ProfileError(f"--override-generation-config must set \"temperature\": 0 here: {reason}; add it to the "
+                           f"JSON object you pinned")
+    b.note("greedy default", pinned, f"pinned by user; {reason}")
 
 
 def triton_runs_on_cpu() -> bool:

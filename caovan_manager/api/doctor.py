@@ -109,7 +109,9 @@ async def doctor(request: Request, refresh: bool = Query(False)) -> dict[str, An
     cache = request.app.state.doctor_cache
     async with cache["lock"]:
         age = time.time() - cache["at"] if cache["at"] else None
-        rerun = age is None or age >= (DOCTOR_MIN_RERUN_S if refresh else daemon.settings.doctor_cache_s)
+        # A short doctor_cache_s does not undo the bound: plain GETs rerun no more often than refreshes.
+        rerun = age is None or age >= (DOCTOR_MIN_RERUN_S if refresh else
+                                       max(daemon.settings.doctor_cache_s, DOCTOR_MIN_RERUN_S))
         if rerun:
             cache["report"] = await run_doctor(daemon)
             cache["at"] = time.time()

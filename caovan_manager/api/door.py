@@ -14,12 +14,13 @@ Three refusals happen here, because each must hold for every route, the relay's 
 - Host names the daemon does not answer to. A page on a domain whose DNS answer its owner switches to 127.0.0.1
   (DNS rebinding) is same-origin with the daemon as far as the browser knows: its calls carry a matching Origin and
   come from loopback, where keyless admin calls are allowed, and it may read /status, /logs and the API. Such calls
-  still name the attacker's domain in Host, so only IP addresses, localhost, this machine's name and the names the
-  operator configured (security.allowed_hosts, the hosts of security.trusted_origins) are served.
+  still name the attacker's domain in Host, so only IP addresses, localhost (and names under .localhost), this
+  machine's name, the name it listens on and the names the operator configured (security.allowed_hosts, the hosts
+  of security.trusted_origins) are served.
 
 It also refuses what some part behind it would read differently from another: a method the daemon has no use for,
-a deciding header (Host, Authorization, Content-Type, Origin) sent twice; and it bounds the bodies of the daemon's
-own calls, which FastAPI reads whole before any key is checked.
+a deciding header (Host, Authorization, Content-Type, Origin, Sec-Fetch-Site) sent twice; and it bounds the bodies
+of the daemon's own calls, which FastAPI reads whole before any key is checked.
 
 Answers are fixed descriptions: nothing of the request (its path, its headers) is echoed back. Every answer also
 forbids framing, so no page can show the dashboard in a frame and trick the operator's clicks on it.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
@@ -38,6 +40,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from caovan_manager.errors import TargetRefused
+
+logger = logging.getLogger("caovan.door")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -59,7 +63,7 @@ NO_FRAMING = [(b"x-frame-options", b"DENY"), (b"content-security-policy", b"fram
 
 @dataclass(frozen=True)
 class Refusal:
-    """A state-changing request refused at the door: its HTTP status and the fixed words saying what to do."""
+    """A request refused at the door: its HTTP status and the fixed words saying what to do."""
 
     status: int
     message: str
@@ -130,6 +134,8 @@ def cross_site_refusal(method: str, headers: dict[bytes, bytes], trusted: Iterab
 
 
 ANY_HOST = "*"
+HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?")  # what the log repeats of a refused Host
+MAX_LOGGED_HOSTS = 20  # names told once each; beyond, refusals are not logged (a flood of names cannot fill the log)
 
 
 def _host_name(host_header: str) -> str | None:
@@ -149,8 +155,9 @@ def machine_names() -> frozenset[str]:
 
 
 def host_allowed(host_header: str, allowed: Iterable[str]) -> bool:
-    """May a request naming this Host be served? IP addresses always may (DNS rebinding needs a domain name);
-    names only if listed in `allowed` (lower case; "*" accepts any)."""
+    """May a request naming this Host be served? IP addresses always may (DNS rebinding needs a domain name), and so
+    may names under .localhost (which resolve to this machine and never through DNS, RFC 6761); other names only if
+    listed in `allowed` (lower case; "*" accepts any)."""
     allowed = set(allowed)
     if ANY_HOST in allowed:
         return True
@@ -161,7 +168,7 @@ def host_allowed(host_header: str, allowed: Iterable[str]) -> bool:
         ipaddress.ip_address(name)
         return True
     except ValueError:
-        return name in allowed
+        return name in allowed or name.endswith(".localhost")
 
 
 # Headers that the door, the key checks and FastAPI each read: with two copies, one part could read the first and
@@ -192,10 +199,12 @@ def host_refusal(headers: list[tuple[bytes, bytes]], allowed: Iterable[str]) -> 
     return None
 
 
-def trusted_hosts(trusted_origins: Iterable[str], allowed_hosts: Iterable[str]) -> frozenset[str]:
-    """The names the daemon answers to: this machine's, the configured ones, and the trusted origins' hosts."""
+@lru_cache(maxsize=8)
+def trusted_hosts(trusted_origins: tuple[str, ...], allowed_hosts: tuple[str, ...]) -> frozenset[str]:
+    """The names the daemon answers to: this machine's, the configured ones, and the trusted origins' hosts (cached:
+    every request asks, and the settings rarely change)."""
     names = {name.lower().rstrip(".") for name in allowed_hosts}
-    names |= {host for origin in trusted_origins if (host := urlsplit(origin).hostname)}
+    names |= {host.rstrip(".") for origin in trusted_origins if (host := urlsplit(origin).hostname)}
     return frozenset(names) | machine_names()
 
 
@@ -207,6 +216,19 @@ class FrontDoor:
         self.app = app
         self.trusted_origins = trusted_origins
         self.allowed_hosts = allowed_hosts
+        self.refused_hosts: set[str] = set()
+
+    def _log_refused_host(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Say once per name which Host was refused, so an operator who reaches the daemon by a name it does not
+        know sees the setting to change; names that are not plain host names are not repeated into the log."""
+        name = next((_host_name(value.decode("latin-1")) for key, value in headers if key == b"host"), None)
+        shown = name if name and HOST_NAME.fullmatch(name) else "a Host that is no plain name"
+        if shown in self.refused_hosts or len(self.refused_hosts) >= MAX_LOGGED_HOSTS:
+            return
+        self.refused_hosts.add(shown)
+        logger.warning("refused requests for Host %s: not an IP address or a name this daemon answers to (DNS "
+                       "rebinding sends such names); if clients reach the daemon by it, add it to "
+                       "security.allowed_hosts", shown)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -221,8 +243,12 @@ class FrontDoor:
         except TargetRefused as exc:
             await _refuse(scope, send, exc.status, str(exc), openai, "invalid_request_target")
             return
-        refusal = header_refusal(scope.get("method", "GET"), scope["headers"]) or host_refusal(
-            scope["headers"], trusted_hosts(self.trusted_origins(), self.allowed_hosts()))
+        names = trusted_hosts(tuple(self.trusted_origins()), tuple(self.allowed_hosts()))
+        refusal = header_refusal(scope.get("method", "GET"), scope["headers"])
+        if refusal is None:
+            refusal = host_refusal(scope["headers"], names)
+            if refusal is not None:
+                self._log_refused_host(scope["headers"])
         if refusal is not None:
             await _refuse(scope, send, refusal.status, refusal.message, openai, "request_refused")
             return
@@ -245,7 +271,7 @@ class FrontDoor:
 async def _bounded_body(headers: dict[bytes, bytes], receive: Receive, limit: int) -> list[Message] | None:
     """The request's body messages, read up to `limit` bytes; None if it declares or sends more."""
     declared = headers.get(b"content-length", b"")
-    if declared.isdigit() and int(declared) > limit:
+    if declared.isdigit() and (len(declared) > 18 or int(declared) > limit):  # (int() refuses 4,300 digits)
         return None
     messages, size = [], 0
     while True:

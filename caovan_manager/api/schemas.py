@@ -233,9 +233,16 @@ class StatusDocument(Strict):
 
 
 UNAUTHORIZED = {401: {"model": Problem, "description": "a key is needed (security.*): `Authorization: Bearer <key>`"}}
-# Any request: a target the front door (caovan_manager.api.door) refuses before routing.
+# Any request: what the front door (caovan_manager.api.door) refuses before routing, and the daemon's answer to
+# parameters or a body that do not fit the schema (api.errors: words, never FastAPI's list that echoes the input).
 DOOR = {400: {"model": Problem, "description": "a request target with two readings (dot-segments, encoded '.', '/', "
-                                              "'\\' or '%', control characters, empty segments)"}}
+                                              "'\\' or '%', control characters, empty segments), or a deciding "
+                                              "header sent twice"},
+        403: {"model": Problem, "description": "a Host that is neither an IP address nor a name the daemon answers "
+                                              "to (security.allowed_hosts)"},
+        405: {"model": Problem, "description": "a method the daemon does not answer"},
+        413: {"model": Problem, "description": "a body over 1 MiB (the daemon's own calls)"},
+        422: {"model": Problem, "description": "parameters or a body that do not fit this schema, named in words"}}
 # What the front door and the admin check answer on any call that changes state.
 ADMIN_CALL = {**UNAUTHORIZED,
               403: {"model": Problem, "description": "cross-site (a foreign Origin), or from another machine while "

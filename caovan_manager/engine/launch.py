@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -111,6 +112,18 @@ def draft_vocab_in(args: list[str]) -> DraftSetting:
     except (ValueError, DraftVocabError):
         return None
     return None if spec is None else spec.setting()
+
+
+def served_names(args: list[str]) -> list[str]:
+    """The names of the last `--served-model-name` (vLLM takes several: the first is the one it reports), as argparse
+    would read them; empty when none is given."""
+    names: list[str] = []
+    for index, part in enumerate(args):
+        if part == "--served-model-name":
+            names = list(itertools.takewhile(lambda value: not value.startswith("-"), args[index + 1:]))
+        elif part.startswith("--served-model-name="):
+            names = [part.split("=", 1)[1]]
+    return names
 
 
 def option_value(args: list[str], option: str) -> str | None:

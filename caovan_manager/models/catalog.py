@@ -14,7 +14,7 @@ from pathlib import Path
 
 from caovan_kernels.contract import SLEEP_MODE_FLAG
 from caovan_manager.config import ModelSettings, Settings
-from caovan_manager.engine.launch import EngineTarget, option_value, resolve_target
+from caovan_manager.engine.launch import EngineTarget, resolve_target, served_names
 from caovan_manager.errors import UnknownModel
 
 
@@ -76,8 +76,8 @@ def build_catalog(settings: Settings, embedded_model: Callable[[], Path] | None 
     engine names no model)."""
     if not settings.models:
         target = target or resolve_target(settings, embedded_model)
-        name = option_value(target.args, "--served-model-name") or target.model
-        return Catalog((ModelEntry(name, target, None),), routed=False)
+        names = served_names(target.args) or [target.model]
+        return Catalog((ModelEntry(names[0], target, None, aliases=tuple(names[1:])),), routed=False)
     embedded: list[EngineTarget] = []
 
     def resolve(entry: ModelSettings) -> EngineTarget:
@@ -109,15 +109,16 @@ def build_catalog(settings: Settings, embedded_model: Callable[[], Path] | None 
 
 
 def without_served_name(args: list[str]) -> list[str]:
-    """Engine arguments less their served name: a table entry is served under its own names."""
-    out, skip = [], False
+    """Engine arguments less their served names (every value of each `--served-model-name`): a table entry is served
+    under its own names."""
+    out, skipping = [], False
     for part in args:
-        if skip:
-            skip = False
-            continue
         if part == "--served-model-name":
-            skip = True
+            skipping = True
             continue
+        if skipping and not part.startswith("-"):
+            continue
+        skipping = False
         if not part.startswith("--served-model-name="):
             out.append(part)
     return out

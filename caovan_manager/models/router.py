@@ -25,11 +25,11 @@ class ModelRouter:
         self.created = int(time.time())
 
     def route(self, method: str, path: str, body: bytes, content_type: str) -> Route | Answer:
-        if path.startswith("models/") and method == "GET":  # one model's card: answered here, loading nothing
-            return self._card(path[len("models/"):])  # (vLLM serves only the list)
+        if path.startswith("models/") and method in ("GET", "HEAD"):  # one model's card: answered here, loading
+            return self._card(path[len("models/"):])  # nothing (vLLM serves only the list)
         if not self.catalog.routed:
             return self.slots[self.catalog.primary.name].route
-        if path == "models" and method == "GET":
+        if path == "models" and method in ("GET", "HEAD"):
             return Answer(200, self.listing())
         if not body or "json" not in content_type.lower():  # media types are case-insensitive (RFC 9110)
             return self._named(None)

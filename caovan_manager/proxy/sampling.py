@@ -4,7 +4,8 @@ vLLM's CPU build runs speculative decoding's sampler (Triton code) only with a T
 have; there, a request that samples gets wrong tokens, and one with top_k stops the engine for everyone. The profile
 of `caovan-vllm-serve` records that as the decision `sampling = greedy only` with its reason
 (caovan_kernels.contract), and the relay refuses such requests with that reason instead of relaying them. Requests
-that leave sampling alone follow the model's generation config (the demo's is greedy).
+that leave `temperature` unset take the engine's default, which the same profile pins to greedy
+(`--override-generation-config`, contract.GREEDY_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import pydantic
 
 from caovan_kernels.contract import GREEDY_ONLY, SAMPLING_DECISION
 
-# vLLM treats a temperature below this as greedy decoding.
-GREEDY_BELOW = 1e-5
 # How vLLM's request models read `temperature`: pydantic in lax mode, so "0.7" and true are numbers too, and NaN
 # (which Python's JSON reader accepts) passes their checks and samples.
 _TEMPERATURE = pydantic.TypeAdapter(float | None)
@@ -40,15 +39,19 @@ def sampling_refusal(label: str, body: bytes, greedy_only: str) -> str | None:
         return None
     try:
         document = json.loads(body)
-    except (ValueError, RecursionError):
+    except ValueError:
         return None
+    except RecursionError:  # how deep JSON can nest depends on the reader's stack: the engine's may read it
+        return (f"this engine decodes greedily only ({greedy_only}), and the request body nests JSON too deeply for "
+                f"the daemon to check that it does not sample; send a flatter document")
     if not isinstance(document, dict):
         return None
     try:
         temperature = _TEMPERATURE.validate_python(document.get("temperature"))
     except pydantic.ValidationError:
         return None  # the engine refuses a temperature it cannot read
-    if temperature is not None and not temperature < GREEDY_BELOW:
+    # Any temperature above 0 samples: vLLM raises those below 0.01 to 0.01. (NaN is not <= 0 either.)
+    if temperature is not None and not temperature <= 0:
         return (f"this engine decodes greedily only ({greedy_only}); send the request without `temperature` "
                 f"or with `temperature: 0`")
     return None

@@ -206,7 +206,7 @@ def test_demo_model_on_cpu(demo_model_dir, installed_vllm):
     assert (facts.architecture, facts.num_gdn_layers, facts.mtp_layers) == ("Qwen3NextForCausalLM", 3, 1)
     p = build_profile(demo_model_dir, [], "cpu", installed_vllm)
     assert p.args == ["--dtype", "bfloat16", "--speculative-config", '{"method":"mtp","num_speculative_tokens":3}',
-                      "--no-enable-prefix-caching"]
+                      "--no-enable-prefix-caching", "--override-generation-config", '{"temperature": 0.0}']
     assert p.decision("device").value == "CPU" and "do not apply" in p.decision("device").reason
     assert "asserts bfloat16" in p.decision("dtype").reason
     names = {d.name for d in p.decisions}
@@ -224,8 +224,18 @@ def test_on_cpu_without_a_triton_cpu_backend_the_engine_decodes_greedily_only(de
     p = build_profile(demo_model_dir, [], "cpu", installed_vllm)
     assert p.decision(SAMPLING_DECISION).value == GREEDY_ONLY
     assert "Triton CPU backend" in p.decision(SAMPLING_DECISION).reason
+    # A request without `temperature` takes the engine's default, pinned to greedy (Qwen's checkpoints sample).
+    assert p.decision("greedy default").value == '{"temperature": 0.0}'
+    assert p.args[p.args.index("--override-generation-config") + 1] == '{"temperature": 0.0}'
+    pinned = build_profile(demo_model_dir, ["--override-generation-config", '{"temperature": 0, "max_new_tokens": 64}'],
+                           "cpu", installed_vllm)
+    assert pinned.decision("greedy default").reason.startswith("pinned by user")
+    for sampling in ('{"top_k": 20}', '{"temperature": 0.6}', "[0]", "not json"):
+        with pytest.raises(ProfileError, match='must set "temperature": 0 here'):
+            build_profile(demo_model_dir, ["--override-generation-config", sampling], "cpu", installed_vllm)
     monkeypatch.setattr(planner, "triton_runs_on_cpu", lambda: True)  # a triton-cpu build: sampling works
-    assert SAMPLING_DECISION not in {d.name for d in build_profile(demo_model_dir, [], "cpu", installed_vllm).decisions}
+    names = {d.name for d in build_profile(demo_model_dir, [], "cpu", installed_vllm).decisions}
+    assert not names & {SAMPLING_DECISION, "greedy default"}
 
 
 def test_pinned_switch_wins_over_its_negation(demo_model_dir, installed_vllm):
@@ -250,7 +260,8 @@ def test_apply_profile_adds_only_what_the_user_did_not_pin(demo_model_dir):
     # The embedded default names the demo model only; what a CPU needs comes from the profile, as for any model.
     spec = json.dumps({"method": "mtp", "num_speculative_tokens": MTP_DEFAULT}, separators=(",", ":"))
     assert apply_profile(str(demo_model_dir), contract.embedded_engine_args(), "cpu").args == [
-        *contract.embedded_engine_args(), "--dtype", "bfloat16", "--speculative-config", spec, "--no-enable-prefix-caching"]
+        *contract.embedded_engine_args(), "--dtype", "bfloat16", "--speculative-config", spec,
+        "--no-enable-prefix-caching", "--override-generation-config", json.dumps(contract.GREEDY_DEFAULTS)]
     hub = apply_profile("Qwen/Qwen3.6-27B", ["--port", "8001"])
     assert hub.args == ["--port", "8001"] and hub.decisions[0].value == "skipped"
 

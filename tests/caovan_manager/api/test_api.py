@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from fastapi.testclient import TestClient
 
@@ -132,7 +134,7 @@ def test_doctor_reruns_on_refresh_at_most_every_doctor_min_rerun_s(client, monke
         runs.append(now[0])
         return {"source": "stand-in", "checks": []}
     monkeypatch.setattr(doctor_api, "run_doctor", counted)
-    monkeypatch.setattr(doctor_api.time, "time", lambda: now[0])
+    monkeypatch.setattr(doctor_api, "time", types.SimpleNamespace(time=lambda: now[0]))  # this module's clock only
     assert client.get("/doctor").json()["cached"] is False
     now[0] += doctor_api.DOCTOR_MIN_RERUN_S - 1
     for _ in range(5):
@@ -141,3 +143,8 @@ def test_doctor_reruns_on_refresh_at_most_every_doctor_min_rerun_s(client, monke
     assert client.get("/doctor?refresh=1").json()["cached"] is False
     assert client.get("/doctor").json()["cached"] is True
     assert runs == [1000.0, 1000.0 + doctor_api.DOCTOR_MIN_RERUN_S]
+    # A doctor_cache_s shorter than the bound does not undo it.
+    client.app.state.daemon.settings.doctor_cache_s = 0
+    now[0] += doctor_api.DOCTOR_MIN_RERUN_S - 1
+    assert client.get("/doctor").json()["cached"] is True
+    assert len(runs) == 2

@@ -4,6 +4,7 @@ daemon with a real engine behind it: tests/integration/daemon/test_front_door.py
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 
@@ -285,3 +286,17 @@ def test_a_header_sent_twice_or_an_unknown_method_is_refused_before_any_part_rea
             response = raw_request(port, method, "/", {})
             assert response.status == 405 and "GET" in response.text, (method, response.status)
         assert (machine.state, machine.run) == before
+
+
+def test_the_listening_name_and_localhost_names_are_served_and_a_refused_name_is_logged_once(tmp_path, caplog):
+    with served_daemon(tmp_path, host="box-7.internal") as served:
+        port = int(served.url.rsplit(":", 1)[1])
+        for host in (f"box-7.internal:{port}", f"dash.localhost:{port}"):
+            assert raw_request(port, "GET", "/status", {"Host": host}).status == 200, host
+        with caplog.at_level(logging.WARNING, logger="caovan.door"):
+            for host in ("rebind.evil.example", "rebind.evil.example:1", "REBIND.evil.example", "bad\xe9name.example"):
+                assert raw_request(port, "GET", "/status", {"Host": host}).status in (400, 403), host
+        told = [r.getMessage() for r in caplog.records if r.name == "caovan.door"]
+        assert len([m for m in told if "rebind.evil.example" in m]) == 1, told  # once, whatever port or case
+        assert any("no plain name" in m for m in told) and not any("bad" in m for m in told), told
+        assert all("security.allowed_hosts" in m for m in told), told

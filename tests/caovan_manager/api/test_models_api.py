@@ -132,9 +132,10 @@ def test_without_a_models_table_one_model_is_looked_up_by_the_daemon(tmp_path):
     """vLLM serves the model list but no single model's card (GET /v1/models/{model} is a bare 404 there), so the
     daemon answers it, as it does with a models table."""
     named = load_settings(state_dir=str(tmp_path), engine={"model": "/models/none-single",
-                                                           "args": ["--served-model-name", "solo"]})
+                                                           "args": ["--served-model-name", "solo", "duo"]})
     with TestClient(create_app(named, autostart=False), base_url=LOCAL) as single:
         card = single.get("/v1/models/solo")
         assert card.status_code == 200 and card.json()["id"] == "solo" and card.json()["object"] == "model"
+        assert single.get("/v1/models/duo").json()["id"] == "solo"  # vLLM serves every name it is given
         missing = single.get("/v1/models/gpt-4")
         assert missing.status_code == 404 and "gpt-4" not in missing.text and "solo" in missing.text

@@ -7,7 +7,7 @@ import pytest
 from caovan_manager.config import load_settings
 from caovan_manager.engine.launch import EngineTarget, build_launch
 from caovan_manager.errors import UnknownModel
-from caovan_manager.models.catalog import build_catalog
+from caovan_manager.models.catalog import build_catalog, without_served_name
 
 
 def test_without_a_table_one_model_takes_every_request(tmp_path):
@@ -17,6 +17,11 @@ def test_without_a_table_one_model_takes_every_request(tmp_path):
     assert catalog.lookup("anything").name == "qwen" and catalog.lookup(None).name == "qwen"
     unnamed = build_catalog(settings, target=EngineTarget("/m/plain", []))
     assert unnamed.names == ["/m/plain"]  # vLLM's own served name: the model argument
+    # vLLM takes several served names (it reports the first); each is one of the model's names here too.
+    several = build_catalog(settings, target=EngineTarget("/m/q", ["--served-model-name", "q", "qwen", "-tp", "2"]))
+    assert several.names == ["q"] and several.primary.aliases == ("qwen",) and several.get_named("qwen").name == "q"
+    assert without_served_name(["--served-model-name", "q", "qwen", "-tp", "2", "--served-model-name=x"]) == [
+        "-tp", "2"]
 
 
 def test_a_table_routes_by_name_and_alias_and_names_each_engine(tmp_path):
