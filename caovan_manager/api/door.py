@@ -22,8 +22,9 @@ It also refuses what some part behind it would read differently from another: a 
 a deciding header (Host, Authorization, Content-Type, Origin, Sec-Fetch-Site) sent twice; and it bounds the bodies
 of the daemon's own calls, which FastAPI reads whole before any key is checked.
 
-Answers are fixed descriptions: nothing of the request (its path, its headers) is echoed back. Every answer also
-forbids framing, so no page can show the dashboard in a frame and trick the operator's clicks on it.
+Answers are fixed descriptions: nothing of the request (its path, its headers) is echoed back. The daemon's own
+answers (the dashboard's included) forbid framing, so no page can show them in a frame and trick the operator's
+clicks.
 """
 
 from __future__ import annotations
@@ -234,10 +235,10 @@ class FrontDoor:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        if scope["type"] == "http":
-            send = _unframeable(send)
         raw_path = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         openai = raw_path.startswith(OPENAI_PREFIX.encode())
+        if scope["type"] == "http" and not openai:  # the relay's streams skip the wrapper: nothing there to click
+            send = _unframeable(send)
         try:
             check_target(raw_path)
         except TargetRefused as exc:

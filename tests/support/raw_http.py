@@ -80,3 +80,19 @@ def raw_exchange(port: int, head: bytes, body_parts: list[bytes]) -> bytes:
         except ConnectionResetError:
             pass
     return b"".join(chunks)
+
+
+def json_post_head(port: int, target: str) -> bytes:
+    """A JSON POST's request line and headers, less its length or transfer encoding and the blank line."""
+    return (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Connection: close\r\n").encode()
+
+
+def oversized_answers(port: int, target: str, limit: int) -> list[bytes]:
+    """The answers to a body over `limit` bytes sent two ways: a Content-Length of 1 GiB with nothing after it, and
+    a chunked body (no length given) that runs past the limit."""
+    head = json_post_head(port, target)
+    piece = b" " * 65536
+    chunks = [b"%x\r\n%s\r\n" % (len(piece), piece)] * (limit // len(piece) + 2) + [b"0\r\n\r\n"]
+    return [raw_exchange(port, head + b"Content-Length: 1073741824\r\n\r\n", []),
+            raw_exchange(port, head + b"Transfer-Encoding: chunked\r\n\r\n", chunks)]

@@ -19,7 +19,7 @@ from caovan_manager.errors import ConfigError, NotRelayed, TargetRefused
 from caovan_manager.proxy.allowlist import RELAYED, match
 from tests.caovan_manager.api import LOCAL
 from tests.support.door_attacks import ENGINE_ROUTES, TWO_READINGS
-from tests.support.raw_http import raw_exchange, raw_request
+from tests.support.raw_http import json_post_head, oversized_answers, raw_exchange, raw_request
 from tests.support.served import served_daemon
 
 ACTIONS = [("POST", "/restart"), ("POST", "/stop"), ("POST", "/start"), ("POST", "/plugins/bundled/activate"),
@@ -242,27 +242,22 @@ def test_an_oversized_body_to_the_daemons_own_routes_gets_a_413_before_any_key_i
         port = int(served.url.rsplit(":", 1)[1])
         machine = served.daemon.primary.machine
         before = (machine.state, machine.run)
-        head = (f"POST /restart HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                f"Connection: close\r\n").encode()
-        declared = raw_exchange(port, head + b"Content-Length: 1073741824\r\n\r\n", [])
-        piece = b" " * 65536
-        chunked = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\n\r\n",
-                               [b"%x\r\n%s\r\n" % (len(piece), piece)] * 20 + [b"0\r\n\r\n"])
-        for response in (declared, chunked):
+        for response in oversized_answers(port, "/restart", 1 << 20):
             assert response.startswith(b"HTTP/1.1 413 "), response[:200]
             assert b"1 MiB" in response
         # Under the bound, the call goes on to its key check as before.
         small = b'{"reason": "' + b"x" * 100 + b'"}'
-        keyless = raw_exchange(port, head + f"Content-Length: {len(small)}\r\n\r\n".encode(), [small])
+        head = json_post_head(port, "/restart") + f"Content-Length: {len(small)}\r\n\r\n".encode()
+        keyless = raw_exchange(port, head, [small])
         assert keyless.startswith(b"HTTP/1.1 401 "), keyless[:200]
         assert (machine.state, machine.run) == before
 
 
-def test_no_page_can_frame_the_dashboard_or_any_answer(tmp_path):
+def test_no_page_can_frame_the_dashboard_or_the_daemons_answers(tmp_path):
     with served_daemon(tmp_path) as served:
         port = int(served.url.rsplit(":", 1)[1])
-        for method, target in (("GET", "/"), ("GET", "/status"), ("GET", "/v1/models"), ("GET", "/v1/../x"),
-                               ("GET", "/nothing-here")):
+        for method, target in (("GET", "/"), ("GET", "/status"), ("GET", "/docs"), ("GET", "/x/../y"),
+                               ("GET", "/nothing-here"), ("POST", "/restart")):
             response = raw_request(port, method, target)
             assert response.headers.get("x-frame-options") == "DENY", (target, response.headers)
             assert response.headers.get("content-security-policy") == "frame-ancestors 'none'", target

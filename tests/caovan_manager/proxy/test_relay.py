@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from caovan_manager.proxy.upstream import Upstream, open_upstream
-from tests.support.raw_http import raw_exchange
+from tests.support.raw_http import json_post_head, oversized_answers, raw_exchange
 from tests.support.served import ServedDaemon, served_daemon
 
 
@@ -185,20 +185,14 @@ def test_a_body_over_proxy_max_body_mib_gets_a_413_and_never_reaches_the_engine(
         engine = SilentEngine()
         served.call(served.daemon.primary.gate.open, engine.start(served, tmp_path / "silent.sock"))
         port = int(served.url.rsplit(":", 1)[1])
-        head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-                f"Connection: close\r\n").encode()
-        # Declared too large: answered from the headers, before a byte of the body is sent.
-        declared = raw_exchange(port, head + b"Content-Length: 1073741824\r\n\r\n", [])
-        # Chunked (no length given): refused once the daemon has read past the limit.
-        piece = b" " * 65536
-        chunked = raw_exchange(port, head + b"Transfer-Encoding: chunked\r\n\r\n",
-                                  [b"%x\r\n%s\r\n" % (len(piece), piece)] * 40 + [b"0\r\n\r\n"])
-        for response in (declared, chunked):
+        # Declared too large, answered before a byte of the body is sent; and chunked, once past the limit.
+        for response in oversized_answers(port, "/v1/completions", 1 << 20):
             assert response.startswith(b"HTTP/1.1 413 "), response[:200]
             assert b"proxy.max_body_mib = 1" in response, response[-300:]
         assert engine.requests_seen == 0
         # A body under the limit goes on to the engine (this one stays silent: a 502 after the read timeout).
         under = json.dumps({**CHAT, "prompt": "x" * ((1 << 20) - 1000)}).encode()
+        head = json_post_head(port, "/v1/completions")
         relayed = raw_exchange(port, head + f"Content-Length: {len(under)}\r\n\r\n".encode(), [under])
         assert relayed.startswith(b"HTTP/1.1 502 "), relayed[:200]
         assert engine.requests_seen == 1

@@ -133,17 +133,29 @@ def _engine_metric(daemon, name: str) -> float:
 
 
 def test_client_disconnect_aborts_the_engine_request(daemon):
-    before = _engine_metric(daemon, "vllm:generation_tokens_total")
     body = {"model": "caovan-demo", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 1900,
             "ignore_eos": True, "stream": True}
     headers = {"Authorization": f"Bearer {INFERENCE_KEY}"}
-    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, headers=headers, timeout=60) as stream:
-        assert next(line for line in stream.iter_lines() if line.startswith("data: "))
-    # The client left after its first chunk. Unaborted, the engine would run all 1900 tokens (about 10 s here);
-    # aborted, it stops at once: nothing running, far fewer tokens generated.
-    deadline = time.monotonic() + 30
-    while _engine_metric(daemon, "vllm:num_requests_running") > 0 or daemon.status()["proxy"]["in_flight"] > 0:
-        assert time.monotonic() < deadline, "the engine still runs the abandoned request"
-        time.sleep(0.5)
-    generated = _engine_metric(daemon, "vllm:generation_tokens_total") - before
-    assert generated < 1900, f"the abandoned request ran to its end ({generated:.0f} tokens)"
+    # The case under test needs a client that leaves while the engine still generates. On a starved machine the
+    # engine's API server has been seen to send the first chunk only after all 1900 tokens (4.95 s, not the usual
+    # 0.05-0.3 s): then nobody left early, and the attempt is made again (at most three times).
+    for attempt in range(3):
+        before = _engine_metric(daemon, "vllm:generation_tokens_total")
+        started = time.monotonic()
+        with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, headers=headers,
+                          timeout=60) as stream:
+            assert next(line for line in stream.iter_lines() if line.startswith("data: "))
+        first_chunk_s = time.monotonic() - started
+        # The client left after its first chunk. Unaborted, the engine would run all 1900 tokens (5-10 s here);
+        # aborted, it stops at once: nothing running, far fewer tokens generated.
+        deadline = time.monotonic() + 30
+        while _engine_metric(daemon, "vllm:num_requests_running") > 0 or daemon.status()["proxy"]["in_flight"] > 0:
+            assert time.monotonic() < deadline, "the engine still runs the abandoned request"
+            time.sleep(0.5)
+        generated = _engine_metric(daemon, "vllm:generation_tokens_total") - before
+        print(f"attempt {attempt + 1}: first chunk after {first_chunk_s:.2f} s, {generated:.0f} tokens generated")
+        if first_chunk_s < 2:
+            break
+    else:
+        pytest.fail("in three attempts the first chunk never came before the engine had finished")
+    assert generated < 1900, f"the client left after {first_chunk_s:.2f} s, but the request ran to its end"
