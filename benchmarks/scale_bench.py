@@ -70,7 +70,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from caovan_kernels.contract import KV_REPORT_DECISION, read_decisions  # noqa: E402
+from caovan_kernels.contract import KV_REPORT_DECISION, is_launcher_line, read_decisions  # noqa: E402
 from tests.support.engine import group_alive, stop_group  # noqa: E402
 
 REAL_CONFIG = ROOT / "benchmarks" / "models" / "qwen3_6_27b_awq.json"
@@ -170,23 +170,31 @@ def _files(out_dir: Path, run: str) -> dict[str, Path]:
 def engine_command(path: str, model: Path, port: int, budget_bytes: float, mtp: int, text_only: bool,
                    profiler_dir: Path, draft_vocab: int | None = None, kv_cache_bytes: int | None = None,
                    prefix_caching: str = "off", enforce_eager: bool = False,
-                   cuda_total_bytes: int | None = None) -> tuple[list[str], dict[str, str]]:
+                   cuda_total_bytes: int | None = None, split_kv: bool = True,
+                   max_model_len: int | None = None) -> tuple[list[str], dict[str, str]]:
     """The engine's command line and environment. prefix_caching "off" pins it off (the timed runs: every path the
     same); "default" leaves the installed vLLM's default, as a user's start would (0.26 caches prefixes of hybrid
     models, which keeps one more GDN state slot per sequence: the memory fits). The budget in bytes becomes the
-    fraction of CUDA's total that vLLM multiplies out again."""
+    fraction of CUDA's total that vLLM multiplies out again. split_kv False keeps vLLM's attention for the MTP verify
+    on the Caovan path too (the stock paths always keep it); max_model_len replaces the profile's 80,000 (a decode
+    at a longer context needs room for it)."""
     utilization = budget_bytes / (cuda_total_bytes or machine()["cuda_total_bytes"])
     config: dict = {"caovan": True, "gdn_prefill_backend": "triton"}
     if draft_vocab:
         config["caovan_draft_vocab"] = draft_vocab
     if path != "proxy-caovan":
-        config.update(caovan_mode="off", caovan_turing_mma="off")
+        config.update(caovan_mode="off", caovan_turing_mma="off", caovan_split_kv="off")
+    elif not split_kv:
+        config["caovan_split_kv"] = "off"
+    profile_args = list(PROFILE_ARGS)
+    if max_model_len:
+        profile_args[profile_args.index("--max-model-len") + 1] = str(max_model_len)
     spec = {"method": "mtp", "num_speculative_tokens": mtp, "attention_backend": "TRITON_ATTN"}
     args = [sys.executable, "-m", "caovan_kernels.serve", str(model.resolve()), "--host", "127.0.0.1",
             "--port", str(port), "--served-model-name", SERVED, "--load-format", "dummy",
             "--dtype", "half", "--kv-cache-dtype", "auto", "--quantization", "awq_marlin",
             "--attention-backend", "TRITON_ATTN", "--gpu-memory-utilization", f"{utilization:.6f}",
-            "--speculative-config", json.dumps(spec), *PROFILE_ARGS,
+            "--speculative-config", json.dumps(spec), *profile_args,
             "--profiler-config", json.dumps({"profiler": "torch", "torch_profiler_dir": str(profiler_dir.resolve()),
                                              "torch_profiler_with_stack": False}),
             "--additional-config", json.dumps(config)]
@@ -257,14 +265,15 @@ def wait_for_quiet_gpu(timeout_s: float = 180, allowed_bytes: int = 1 << 30) -> 
 
 def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, text_only: bool, run: str,
           draft_vocab: int | None = None, kv_cache_bytes: int | None = None, port: int | None = None,
-          prefix_caching: str = "off", enforce_eager: bool = False) -> None:
+          prefix_caching: str = "off", enforce_eager: bool = False, split_kv: bool = True,
+          max_model_len: int | None = None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _files(out_dir, run)
     port = port or 8100 + PATHS.index(path)
     facts = machine()
     command, env = engine_command(path, model, port, budget_bytes, mtp, text_only, out_dir / f"{run}.trace",
                                   draft_vocab, kv_cache_bytes, prefix_caching, enforce_eager,
-                                  facts["cuda_total_bytes"])
+                                  facts["cuda_total_bytes"], split_kv, max_model_len)
     process = subprocess.Popen(command, stdout=files["log"].open("wb"), stderr=subprocess.STDOUT, env=env,
                                start_new_session=True, cwd=out_dir)
     # Reap the engine as soon as it exits, so a command that goes on (fits, side-by-side) sees it gone: an unreaped
@@ -274,6 +283,7 @@ def start(path: str, model: Path, out_dir: Path, budget_bytes: float, mtp: int, 
                                                 "budget_bytes": budget_bytes, "mtp": mtp, "text_only": text_only,
                                                 "draft_vocab": draft_vocab, "kv_cache_bytes": kv_cache_bytes,
                                                 "prefix_caching": prefix_caching, "enforce_eager": enforce_eager,
+                                                "split_kv": split_kv, "max_model_len": max_model_len,
                                                 **facts, "command": command}))
     print(f"{run}: {path} engine pid {process.pid} on port {port}, log {files['log']}")
 
@@ -330,11 +340,13 @@ def time_to_first_token(client: httpx.Client, base: str, tokens: int, rng: rando
     return arrivals[0] - t0
 
 
-def decode_step_ms(base: str, batch: int, rng: random.Random, vocab: int, tokens: int = 64) -> float:
-    """Median gap between tokens over `batch` concurrent streams (the first few gaps left out: batch joining)."""
+def decode_step_ms(base: str, batch: int, rng: random.Random, vocab: int, tokens: int = 64,
+                   context: int = 256) -> float:
+    """Median gap between tokens over `batch` concurrent streams of prompts of `context` tokens (the first few gaps
+    left out: batch joining)."""
     import concurrent.futures
 
-    prompts = [_prompt(256, rng, vocab) for _ in range(batch)]
+    prompts = [_prompt(context, rng, vocab) for _ in range(batch)]
     with httpx.Client(timeout=600) as client, concurrent.futures.ThreadPoolExecutor(batch) as pool:
         runs = list(pool.map(lambda p: _stream(client, base, p, tokens), prompts))
     gaps = [(b - a) * 1000 for arrivals in runs for a, b in zip(arrivals[4:], arrivals[5:])]
@@ -423,7 +435,7 @@ def memory(path: str, out_dir: Path, timeout_s: float) -> None:
 
 
 def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profile: bool, timeout_s: float,
-            seed: int) -> None:
+            seed: int, decode_contexts: list[int] = ()) -> None:
     files = _files(out_dir, path)
     base, ready_s = _wait_ready(path, out_dir, timeout_s)
     meta = json.loads(files["engine.json"].read_text())
@@ -432,7 +444,9 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
     rng = random.Random(seed)
     print(f"{path}: ready after {ready_s:.0f} s (seed {seed})")
     result: dict = {"path": meta["path"], "run": path, "mtp": meta["mtp"], "ready_s": ready_s, "seed": seed,
-                    "ttft_s": {}, "decode_ms": {}, "log": engine_log_facts(files["log"].read_text(errors="replace"))}
+                    "split_kv": meta.get("split_kv", True) and meta["path"] == "proxy-caovan",
+                    "ttft_s": {}, "decode_ms": {}, "decode_at_context_ms": {},
+                    "log": engine_log_facts(files["log"].read_text(errors="replace"))}
     with httpx.Client(timeout=1200) as client:
         for tokens in ttft:
             time_to_first_token(client, base, tokens, rng, vocab)  # compiles and autotunes for this length
@@ -443,6 +457,13 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
         decode_step_ms(base, batch, rng, vocab, tokens=16)  # warm-up
         result["decode_ms"][batch] = [decode_step_ms(base, batch, rng, vocab) for _ in range(2)]
         print(f"{path}: decode batch {batch}: {result['decode_ms'][batch]} ms per step")
+    for context in decode_contexts:
+        # One stream per context (its prompt's prefill is the cost: minutes at 128k on the stock proxy); the decode
+        # graphs were captured at start-up and the prefill runs in fixed chunks, so nothing compiles here.
+        result["decode_at_context_ms"][context] = decode_step_ms(base, 1, rng, vocab, tokens=64, context=context)
+        print(f"{path}: decode batch 1 at {context} tokens of context: {result['decode_at_context_ms'][context]:.2f} "
+              "ms per step", flush=True)
+        files["json"].write_text(json.dumps(result, indent=1))  # kept if a longer context does not finish
     if profile:
         trace_dir = out_dir / f"{path}.trace"
         if ttft:  # the longest prompt's prefill
@@ -458,38 +479,45 @@ def measure(path: str, out_dir: Path, ttft: list[int], batches: list[int], profi
     files["json"].write_text(json.dumps(result, indent=1))
 
 
-def plan_runs(runs: list[str]) -> list[tuple[str, str, int | None, int]]:
-    """(name, path, DraftVocab ids or None, port) for each PATH or PATH:dvK; a clear error for anything else."""
+def plan_runs(runs: list[str]) -> list[tuple[str, str, int | None, int, bool]]:
+    """(name, path, DraftVocab ids or None, port, split-KV verify) for each PATH, PATH:dvK or proxy-caovan:nosplit;
+    a clear error for anything else."""
     plan = []
     for i, spec in enumerate(runs):
-        path, _, dv = spec.partition(":")
-        if path not in PATHS or (dv and not re.fullmatch(r"dv[1-9]\d*", dv)):
-            raise SystemExit(f"run {spec!r}: expected PATH or PATH:dvK, PATH one of {', '.join(PATHS)}")
-        plan.append((f"{path}-{dv}" if dv else path, path, int(dv[2:]) if dv else None, 8100 + i))
+        path, _, option = spec.partition(":")
+        nosplit = option == "nosplit" and path == "proxy-caovan"
+        if path not in PATHS or (option and not nosplit and not re.fullmatch(r"dv[1-9]\d*", option)):
+            raise SystemExit(f"run {spec!r}: expected PATH, PATH:dvK or proxy-caovan:nosplit, PATH one of "
+                             f"{', '.join(PATHS)}")
+        dv = int(option[2:]) if option and not nosplit else None
+        plan.append((f"{path}-{option}" if option else path, path, dv, 8100 + i, not nosplit))
     if len({name for name, *_ in plan}) != len(plan):
         raise SystemExit("each run may be given once")
     return plan
 
 
 def side_by_side(model: Path, out_dir: Path, runs: list[str], kv_cache_bytes: int, budget_bytes: float,
-                 timeout_s: float, seed: int) -> None:
+                 timeout_s: float, seed: int, ttft: list[int] = (4096, 16384, 32768), batches: list[int] = (1, 4),
+                 decode_contexts: list[int] = (), max_model_len: int | None = None, profile: bool = True) -> None:
     """Start every run at once with the KV pool pinned (so vLLM's memory profile, which reads the whole GPU, is out of
     the way), wait until all serve (compiling and autotuning done: the GPU is quiet), then measure each alone with
-    the others idle, stop it, and print the report. A run is PATH or PATH:dvK (DraftVocab over K ids, decode only).
-    Whatever fails, no engine is left running."""
+    the others idle, stop it, and print the report. A run is PATH, PATH:dvK (DraftVocab over K ids, decode only) or
+    proxy-caovan:nosplit (vLLM's attention for the MTP verify). Whatever fails, no engine is left running."""
     plan = plan_runs(runs)
     running: list[str] = []
     try:
-        for name, path, draft_vocab, port in plan:
-            start(path, model, out_dir, budget_bytes, 3, False, name, draft_vocab, kv_cache_bytes, port)
+        for name, path, draft_vocab, port, split_kv in plan:
+            start(path, model, out_dir, budget_bytes, 3, False, name, draft_vocab, kv_cache_bytes, port,
+                  split_kv=split_kv, max_model_len=max_model_len)
             running.append(name)
         deadline = time.monotonic() + timeout_s
         for name in running:
             _wait_ready(name, out_dir, max(1.0, deadline - time.monotonic()))
             print(f"{name}: serving")
-        for name, _, draft_vocab, _ in plan:
+        for name, _, draft_vocab, _, _ in plan:
             try:
-                measure(name, out_dir, [] if draft_vocab else [4096, 16384, 32768], [1, 4], True, 60, seed)
+                measure(name, out_dir, [] if draft_vocab else list(ttft), list(batches), profile, 60, seed,
+                        [] if draft_vocab else list(decode_contexts))
             except SystemExit as exc:  # one engine's failure leaves the others to be measured
                 print(f"{name}: not measured: {exc}")
             stop(name, out_dir)
@@ -561,8 +589,9 @@ def profile_prediction(log: str) -> tuple[int | None, float | None]:
 
 def engine_log_facts(log: str) -> dict:
     facts = {}
-    # vLLM's own lines only: the profile's decisions line quotes the lines it predicts.
-    engine = "\n".join(line for line in log.splitlines() if read_decisions(line) is None)
+    # vLLM's own lines only: the launcher's decisions (its decisions line and the line it prints for each) quote the
+    # lines they predict.
+    engine = "\n".join(line for line in log.splitlines() if not is_launcher_line(line))
     for name, (pattern, convert) in LOG_FACTS.items():
         found = [convert(m.group(1)) for m in re.finditer(pattern, engine)]
         facts[name] = found
@@ -596,6 +625,17 @@ def report(out_dir: Path) -> None:
         init = r["log"].get("init_engine_s") or [float("nan")]
         print(f"| {path} | {init[-1]:.0f} | " + " | ".join(f"{t:.3f}" for t in ttft) + " | "
               + " | ".join(f"{d:.2f}" for d in dec) + " |")
+    contexts = sorted({int(k) for r in results.values() for k in r.get("decode_at_context_ms", {})})
+    if contexts:
+        print("\nDecode step at batch 1 by context (ms per step; MTP=3, dummy weights: every step verifies 4 tokens):")
+        print("| path | split-KV verify | " + " | ".join(f"{n // 1024}k" for n in contexts)
+              + f" | {contexts[-1] // 1024}k / {contexts[0] // 1024}k |")
+        print("| --- " * (3 + len(contexts)) + "|")
+        for path, r in results.items():
+            steps = [r.get("decode_at_context_ms", {}).get(str(n)) for n in contexts]
+            ratio = f"{steps[-1] / steps[0]:.2f}x" if steps[0] and steps[-1] else "-"
+            print(f"| {path} | {'yes' if r.get('split_kv') else 'no'} | "
+                  + " | ".join("-" if s is None else f"{s:.2f}" for s in steps) + f" | {ratio} |")
     for kind in ("prefill", "decode"):
         rows = {p: r.get(f"profile_{kind}_ms") for p, r in results.items() if r.get(f"profile_{kind}_ms")}
         if not rows:
@@ -667,6 +707,8 @@ def main() -> None:
     s.add_argument("--prefix-caching", choices=("off", "default"), default="off",
                    help="off (the timed runs) or the installed vLLM's default (a memory fit as a user starts it)")
     s.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs: a memory fit in about a minute")
+    s.add_argument("--no-split-kv", action="store_true", help="proxy-caovan: vLLM's attention for the MTP verify")
+    s.add_argument("--max-model-len", type=int, default=None, help="instead of the profile's 80,000 tokens")
     fi = sub.add_parser("fits")
     fi.add_argument("model", type=Path)
     fi.add_argument("--out-dir", type=Path, required=True)
@@ -688,6 +730,7 @@ def main() -> None:
     me.add_argument("--profile", action="store_true")
     me.add_argument("--timeout", type=float, default=900)
     me.add_argument("--seed", type=int, default=None)
+    me.add_argument("--decode-contexts", default="", help="decode at batch 1 after prompts of these lengths")
     st = sub.add_parser("stop")
     st.add_argument("path", metavar="RUN")
     st.add_argument("--out-dir", type=Path, required=True)
@@ -702,12 +745,19 @@ def main() -> None:
     sb.add_argument("--budget-bytes", type=float, default=22e9)
     sb.add_argument("--timeout", type=float, default=1500, help="seconds for every engine to serve")
     sb.add_argument("--seed", type=int, default=None)
+    sb.add_argument("--ttft", default="4096,16384,32768", help="prompt lengths to time to first token ('' for none)")
+    sb.add_argument("--batches", default="1,4", help="decode batch sizes ('' for none)")
+    sb.add_argument("--decode-contexts", default="",
+                    help="decode at batch 1 after prompts of these lengths, e.g. 4096,32768,65536,131072")
+    sb.add_argument("--max-model-len", type=int, default=None,
+                    help="instead of the profile's 80,000 tokens (the longest decode context needs room)")
+    sb.add_argument("--no-profile", action="store_true", help="skip the torch-profiler breakdown")
     a = parser.parse_args()
     if a.command == "model":
         write_model(a.config, a.processor_from, a.out, a.shape, a.tp)
     elif a.command == "start":
         start(a.path, a.model, a.out_dir, a.budget_bytes, a.mtp, a.text_only, a.name or a.path, a.draft_vocab,
-              a.kv_cache_bytes, a.port, a.prefix_caching, a.enforce_eager)
+              a.kv_cache_bytes, a.port, a.prefix_caching, a.enforce_eager, not a.no_split_kv, a.max_model_len)
     elif a.command == "memory":
         memory(a.path, a.out_dir, a.timeout)
     elif a.command == "fits":
@@ -717,13 +767,16 @@ def main() -> None:
     elif a.command == "measure":
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
         measure(a.path, a.out_dir, [int(x) for x in a.ttft.split(",") if x],
-                [int(x) for x in a.batches.split(",") if x], a.profile, a.timeout, seed)
+                [int(x) for x in a.batches.split(",") if x], a.profile, a.timeout, seed,
+                [int(x) for x in a.decode_contexts.split(",") if x])
     elif a.command == "stop":
         stop(a.path, a.out_dir)
     elif a.command == "side-by-side":
         seed = a.seed if a.seed is not None else random.randrange(1 << 30)
         side_by_side(a.model, a.out_dir, [r for r in a.runs.split(",") if r], a.kv_cache_bytes, a.budget_bytes,
-                     a.timeout, seed)
+                     a.timeout, seed, [int(x) for x in a.ttft.split(",") if x],
+                     [int(x) for x in a.batches.split(",") if x], [int(x) for x in a.decode_contexts.split(",") if x],
+                     a.max_model_len, not a.no_profile)
     else:
         report(a.out_dir)
 

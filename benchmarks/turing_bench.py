@@ -136,16 +136,11 @@ def main() -> int:
     from lab import turing_paths
 
     work = opts.work_dir or Path(tempfile.mkdtemp(prefix="turing-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
     extra = (["--quick"] if opts.quick else []) + ["--only", opts.only] + (["--sms", str(opts.sms)] if opts.sms else [])
     try:
-        todo = turing_paths.chosen(opts.paths)
+        runs = turing_paths.run_paths(Path(__file__), opts.paths, extra, work, 1800)
     except ValueError as exc:
         parser.error(str(exc))
-    for p in todo:  # one after another: each path's timings must have the GPU to themselves
-        turing_paths.run_child(Path(__file__), p, extra, work / f"{p}.json", 1800)
-    runs = {p: json.loads((work / f"{p}.json").read_text())
-            for p in turing_paths.PATHS if (work / f"{p}.json").exists()}
     if "native" not in runs:
         print(f"no native result in {work}: every row is held to it; run --paths native --work-dir {work}")
         return 1

@@ -3,7 +3,7 @@ stated hardware rates. No 2080 Ti is reachable here; every figure this prints fo
 with it, and a measured ratio (the Turing proxy, docs/benchmarks.md) outranks it wherever both exist.
 
     python benchmarks/turing_projection.py [--config CFG] [--context 4096] [--prompts 4096,16384,32768]
-                                           [--draft-vocab 8192,16384,32768,65536]
+                                           [--draft-vocab 8192,16384,32768,65536] [--contexts 4096,32768,65536,131072]
 
 Decode is counted in bytes (a 2080 Ti decodes at the speed of its memory), prefill in flops, and both pay the
 all-reduces tensor parallelism needs after each attention/GDN block and each MLP, over PCIe without NVLink.
@@ -37,6 +37,11 @@ class Turing:
     gdn_fma_efficiency: float = 0.3  # assumed: chunked GDN prefill, fp32 dots on CUDA cores either way
     allreduce_latency_s: float = 30e-6  # assumed: one NCCL all-reduce of a small message, 2 GPUs over PCIe
     allreduce_bandwidth: float = 6e9  # assumed B/s: PCIe 3.0 x16 without P2P (through host memory)
+    # B/s one program of vLLM's Triton attention streams KV at, walking a context alone: measured on the Turing proxy
+    # (an H100, 2026-12-06: the MTP=3 verify step grew 1.1 ms per 1,000 tokens, 16 layers x 4 programs each reading
+    # their KV head's 1 MB per 1,000 tokens); assumed to hold on a 2080 Ti SM (the ratio of the two GPUs' SMs is
+    # not measured)
+    attention_program_bandwidth: float = 14.5e9
 
 
 def _model(config: Path):
@@ -84,6 +89,27 @@ def decode_step(m, hw: Turing, tp: int, spec: int, context: int, hot_rows: int |
             "all-reduces (ms)": allreduces * 1e3}
 
 
+def verify_attention(m, hw: Turing, tp: int, spec: int, context: int, split_kv: bool) -> dict[str, float]:
+    """KV bytes one rank reads for one MTP step's attention at `context` tokens, and its time. The target's verify
+    (1 + S query tokens): vLLM's Triton attention launches one program per (block of 16 // group query tokens, KV
+    head), each reading its KV head's whole context, so the KV is read once per query block by a handful of programs;
+    the split-KV kernel reads it once, walked by enough programs to stream at the memory's rate. The drafter's passes
+    (one query token) take vLLM's split launch either way."""
+    per_layer = memory.kv_bytes_per_token_per_layer(m, tp, 2) * context
+    kv_heads = max(1, m.num_key_value_heads // tp)
+    group = m.num_attention_heads // m.num_key_value_heads
+    stream = hw.bandwidth * hw.bandwidth_efficiency
+    drafter = per_layer * spec
+    if split_kv:
+        target = per_layer * m.num_attention_layers
+        seconds = (target + drafter) / stream
+    else:
+        query_blocks = -(-(1 + spec) // max(1, 16 // group))
+        target = per_layer * m.num_attention_layers * query_blocks
+        seconds = target / min(stream, query_blocks * kv_heads * hw.attention_program_bandwidth) + drafter / stream
+    return {"KV read (GB)": (target + drafter) / 1e9, "attention (ms)": seconds * 1e3}
+
+
 def prefill(m, hw: Turing, tp: int, tokens: int, attention_rate: float, chunk: int = 2048) -> dict[str, float]:
     """Seconds for one rank to prefill `tokens`: AWQ GEMMs, causal attention, chunked GDN, all-reduces per chunk."""
     weights = memory.weight_bytes_per_gpu(m, tp, vision=False)
@@ -109,6 +135,7 @@ def main() -> None:
     parser.add_argument("--mtp", type=int, default=3)
     parser.add_argument("--draft-vocab", default="8192,16384,32768,65536",
                         help="DraftVocab sizes (tokenizer order) for the decode table")
+    parser.add_argument("--contexts", default="4096,32768,65536,131072", help="contexts for the decode-by-context table")
     a = parser.parse_args()
     m, hw = _model(a.config), Turing()
     print("PROJECTION for 2x RTX 2080 Ti 22G (not measured). Assumptions:")
@@ -130,6 +157,20 @@ def main() -> None:
         ms = cut["memory time (ms)"] + cut["all-reduces (ms)"]
         print(f"| {'all' if hot is None else hot} | {m.vocab_size // a.tp if rows is None else rows} | "
               f"{cut['bytes (GB)']:.2f} | {ms:.1f} | {2.5 * 1000 / ms:.0f} | {step_ms / ms:.2f}x |")
+    print(f"\nDecode step by context, MTP={a.mtp}, per rank: the step above without its KV reads, plus the verify's "
+          "attention through vLLM's Triton attention (stock) or the split-KV kernel (Caovan):")
+    print("| context | KV read, stock (GB) | attention, stock (ms) | step, stock (ms) | tokens/s at 2.5 | KV read, "
+          "split (GB) | attention, split (ms) | step, split (ms) | tokens/s at 2.5 | split over stock |")
+    print("|---:" * 10 + "|")
+    for context in (int(x) for x in a.contexts.split(",")):
+        base = decode_step(m, hw, a.tp, a.mtp, context)
+        rest_ms = (base["memory time (ms)"] * (1 - base["KV cache (GB)"] / base["bytes (GB)"])
+                   + base["all-reduces (ms)"])
+        stock, split = (verify_attention(m, hw, a.tp, a.mtp, context, split_kv) for split_kv in (False, True))
+        stock_ms, split_ms = rest_ms + stock["attention (ms)"], rest_ms + split["attention (ms)"]
+        print(f"| {context} | {stock['KV read (GB)']:.2f} | {stock['attention (ms)']:.1f} | {stock_ms:.1f} | "
+              f"{2500 / stock_ms:.0f} | {split['KV read (GB)']:.2f} | {split['attention (ms)']:.1f} | {split_ms:.1f} | "
+              f"{2500 / split_ms:.0f} | {stock_ms / split_ms:.2f}x |")
     print("\nTime to first token (one request), stock Triton (FMA attention) vs TensorCore75 (mma attention):")
     print("| prompt | GEMMs (s) | GDN (s) | all-reduces (s) | attention FMA (s) | TTFT FMA (s) | attention mma (s) "
           "| TTFT mma (s) | ratio |")

@@ -64,8 +64,11 @@ TENSORCORE75 = "[Caovan TensorCore75]"
 # where they measured faster, off is stock vLLM, force runs them everywhere) and caovan_turing_mma (TensorCore75).
 CAOVAN_MODES = ("auto", "off", "force")
 TENSORCORE75_MODES = CAOVAN_MODES
+# caovan_split_kv: auto takes the MTP verify's attention where plan.plan_launch does, off leaves vLLM's throughout.
+SPLIT_KV_MODES = ("auto", "off")
 TURING_PROXY = "[Caovan Turing proxy]"
 DRAFT_VOCAB = "[Caovan DraftVocab]"
+SPLIT_KV = "[Caovan SplitKV]"
 
 
 def banner_line(version: str) -> str:
@@ -201,6 +204,18 @@ class DraftVocabVerdict:
         return f"{DRAFT_VOCAB} {state} hot={self.hot} vocab={self.vocab}: {_one_line(self.detail)}"
 
 
+@dataclass(frozen=True, slots=True)
+class SplitKvVerdict:
+    """Whether the MTP verify's attention runs through the split-KV kernel in this engine process, and for which
+    batches or why not (free text). The daemon's event and /status take these fields from here."""
+
+    active: bool
+    detail: str
+
+    def line(self) -> str:
+        return f"{SPLIT_KV} {'ACTIVE' if self.active else 'off'}: {_one_line(self.detail)}"
+
+
 def tensorcore75_status_line(active: bool, triton: str, mode: str, detail: str) -> str:
     """TensorCore75Verdict's line."""
     return TensorCore75Verdict(active, triton, mode, detail).line()
@@ -314,12 +329,19 @@ DRAFT_VOCAB_MARKER = Marker(
     lambda v: (f"drafter scores {v['hot']} of {v['vocab']} ids ({v['detail']})" if v["active"]
                else f"off ({v['detail']})"))
 
+SPLIT_KV_MARKER = Marker(
+    "plugin_split_kv", "SplitKV verify attention",
+    re.compile(re.escape(SPLIT_KV) + r" (ACTIVE|off): ?(.*)$"),
+    lambda m: SplitKvVerdict(m.group(1) == "ACTIVE", m.group(2)),
+    lambda v: f"{'ACTIVE' if v['active'] else 'off'} ({v['detail']})")
+
 # Most specific first: the GDNCore line's reason text mentions caovan_mode=..., which is not the mode marker.
 MARKERS: tuple[Marker, ...] = (BANNER, REAL_PREFILL_MARKER, DISPATCH_MARKER, GDNCORE, CALLS, STEPS,
-                               TENSORCORE75_STATUS, TENSORCORE75_KERNELS, DRAFT_VOCAB_MARKER, MODE, MTP)
+                               TENSORCORE75_STATUS, TENSORCORE75_KERNELS, DRAFT_VOCAB_MARKER, SPLIT_KV_MARKER, MODE,
+                               MTP)
 # Markers whose latest value /status shows per run; the TensorCore75 lines are combined over processes instead.
 RUN_MARKERS: tuple[Marker, ...] = (BANNER, MODE, MTP, GDNCORE, REAL_PREFILL_MARKER, DISPATCH_MARKER, CALLS, STEPS,
-                                   DRAFT_VOCAB_MARKER)
+                                   DRAFT_VOCAB_MARKER, SPLIT_KV_MARKER)
 # Cheap test before any pattern runs: every marker line holds one of these.
 MARKER_HINTS = ("Caovan", "caovan_mode=", "MTP=")
 
@@ -337,7 +359,8 @@ def read_marker(message: str) -> tuple[Marker, dict[str, Any]] | None:
 
 # --- the decisions line of caovan-vllm-serve -----------------------------------------------------------------------
 
-DECISIONS_PREFIX = "caovan-vllm-serve decisions: "
+LAUNCHER = "caovan-vllm-serve"
+DECISIONS_PREFIX = f"{LAUNCHER} decisions: "
 DECISIONS_KIND = "launch_decisions"
 # A decision the daemon acts on: the engine decodes greedily only (its value), with the reason. The daemon refuses the
 # requests that would sample rather than relay them (caovan_manager.proxy.sampling).
@@ -350,6 +373,17 @@ GREEDY_DEFAULTS = {"temperature": 0.0}
 # reason quotes the "Maximum concurrency for L tokens per request: Cx" line vLLM should log. The scale benchmark holds
 # a start's log to it.
 KV_REPORT_DECISION = "vLLM's KV report"
+
+
+def launcher_line(text: str) -> str:
+    """A line `caovan-vllm-serve` prints for people before vLLM starts (a decision, the command, an error)."""
+    return f"{LAUNCHER}: {text}"
+
+
+def is_launcher_line(line: str) -> bool:
+    """Whether an engine log line is the launcher's own rather than vLLM's: its decisions quote the lines they
+    predict vLLM will log ("Maximum concurrency ..."), so a reader of vLLM's lines must skip these."""
+    return line.lstrip().startswith(LAUNCHER)
 
 
 def decisions_line(decisions: Sequence[tuple[str, str, str]], command: Sequence[str], profile: bool) -> str:

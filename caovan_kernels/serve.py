@@ -14,7 +14,7 @@ import shlex
 import sys
 from collections.abc import Mapping
 
-from caovan_kernels.contract import decisions_line
+from caovan_kernels.contract import decisions_line, launcher_line
 from caovan_kernels.errors import LaunchProfileError
 from caovan_kernels.profile import apply_profile
 from caovan_kernels.vllm.settings import EnginePluginSettings
@@ -124,18 +124,19 @@ def prepare(model: str, vllm_args: list[str], env: dict[str, str]) -> tuple[list
         try:
             profile = apply_profile(model, vllm_args)
         except LaunchProfileError as exc:
-            print(f"caovan-vllm-serve: launch profile for {model} failed: {exc}\n"
-                  "Pin the flags yourself, or set CAOVAN_PROFILE=0 to launch without a profile.", file=sys.stderr)
+            print(launcher_line(f"launch profile for {model} failed: {exc}\n"
+                                "Pin the flags yourself, or set CAOVAN_PROFILE=0 to launch without a profile."),
+                  file=sys.stderr)
             raise SystemExit(2) from None
         for decision in profile.decisions:
-            print(f"caovan-vllm-serve: {decision.name} = {decision.value}: {decision.reason}", flush=True)
+            print(launcher_line(f"{decision.name} = {decision.value}: {decision.reason}"), flush=True)
             decisions.append((decision.name, decision.value, decision.reason))
         vllm_args = profile.args
         env = {**env, **profile.env}
     vllm_args = inject_plugin_config(vllm_args, env)
     env = {**env, **plugin_env(vllm_args, env)}
     command = vllm_command(model, vllm_args)
-    print(f"caovan-vllm-serve: {shlex.join(command)}", flush=True)
+    print(launcher_line(shlex.join(command)), flush=True)
     print(decisions_line(decisions, command, profiled), flush=True)
     return command, env
 

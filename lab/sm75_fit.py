@@ -31,6 +31,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from caovan_kernels import tensorcore75
+from caovan_kernels.attention.plan import MIN_TOKENS_PER_SPLIT, next_pow2, plan_launch
+from caovan_kernels.attention import split_kv
 from caovan_kernels.gdn import chunk_h, chunk_o, chunk_wy, l2norm, recurrent
 from caovan_kernels.gdn._common import CHUNK, SUB, head_block
 from caovan_kernels.gdn.plan import FMA, TURING_MMA, resolve
@@ -137,6 +139,41 @@ def launch_configs() -> list[Config]:
         ce = {"BD": head_block(dim)}
         fn = l2norm._l2norm_scale_kernel
         configs.append(Config("l2norm_scale", f"dim={dim} BD={head_block(dim)} w1", fn, _signature(fn, types, ce), ce, ["stride_x_tok"] + (["dim"] if dim % 16 == 0 else []), 1))
+    return configs + split_kv_configs()
+
+
+# The split-KV verify attention at Qwen3.6-27B's attention head dim (256) and a smaller one, for each rows-per-program
+# the plan launches (16 and 32 rows: up to 5 query tokens of 6 heads; 64 rows: 8 tokens of 8 heads), in the two forms
+# a 2080 Ti runs: TensorCore75's m16n8k8 (fp16 operands, as a user's process compiles it) and Triton's FMA dots,
+# whose launch the plan picks apart (and which refuses 64 rows).
+SPLIT_KV_SHAPES = ((256, 6, 2), (256, 6, 5), (256, 8, 8), (128, 6, 4))  # (head dim, query heads per KV head, query len)
+
+
+def split_kv_configs() -> list[Config]:
+    configs: list[Config] = []
+    types = {"o_part_ptr": "*fp32", "m_part_ptr": "*fp32", "l_part_ptr": "*fp32", "block_table_ptr": "*i32",
+             "seq_lens_ptr": "*i32", "cu_q_ptr": "*i32", "scale_log2": "fp32"}
+    strides = ["stride_qt", "stride_qh", "stride_kb", "stride_ks", "stride_kh", "stride_vb", "stride_vs", "stride_vh",
+               "stride_op", "stride_or", "stride_ot", "stride_oh", "stride_mp"]
+    for dim, group, query_len in SPLIT_KV_SHAPES:
+        for tc in (False, True):
+            launch = plan_launch(1, 2, group, query_len, 68, tensor_cores=tc)
+            if launch is None:
+                continue
+            form = TURING_MMA if tc else FMA
+            # a stride of 1 (the head dim's) is a constant at launch, as Triton specializes it; the block size is the
+            # 27B's at TP2 (not a power of two)
+            ce = {"HEAD_DIM": dim, "HEAD_PAD": dim, "GROUP": group, "BLOCK_SIZE": 784, "ROWS": launch.rows,
+                  "TILE": launch.tile, "SPLITS": launch.splits, "MIN_TILES": MIN_TOKENS_PER_SPLIT // launch.tile,
+                  "NATIVE": True, "stride_kd": 1, "stride_vd": 1}
+            fn = split_kv._segment_kernel
+            configs.append(Config("split_kv_segment", f"{form} D={dim} rows={launch.rows} tile={launch.tile} w{launch.num_warps}",
+                                  fn, _signature(fn, types, ce), ce, strides, launch.num_warps, tc))
+        ce = {"HEAD_DIM": dim, "HEAD_PAD": dim, "GROUP": group, "SPLITS": launch.splits,
+              "SPLITS_PAD": next_pow2(launch.splits), "CHUNK": 8}
+        fn = split_kv._merge_kernel
+        configs.append(Config("split_kv_merge", f"D={dim} rows={launch.rows} splits={launch.splits} w4", fn,
+                              _signature(fn, types, ce), ce, strides, 4))
     return configs
 
 

@@ -53,3 +53,13 @@ def run_child(script: Path, path: str, args: list[str], out: Path, timeout_s: fl
     if done.returncode != 0:
         raise RuntimeError(f"{script.name} on the {path} path exited with {done.returncode}")
     return json.loads(out.read_text())
+
+
+def run_paths(script: Path, paths: str, args: list[str], work: Path, timeout_s: float) -> dict[str, dict]:
+    """Run `script` on each of `paths` ("native,mma"), one after another (each path's timings must have the GPU to
+    themselves), keeping each result as WORK/PATH.json; returns every path's result found in `work`, earlier runs'
+    included (a slow path can run in a sitting of its own). A bad path name is a ValueError."""
+    work.mkdir(parents=True, exist_ok=True)
+    for path in chosen(paths):
+        run_child(script, path, args, work / f"{path}.json", timeout_s)
+    return {path: json.loads((work / f"{path}.json").read_text()) for path in PATHS if (work / f"{path}.json").exists()}

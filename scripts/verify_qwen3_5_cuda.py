@@ -7,9 +7,10 @@ and `--awq`) served through `caovan serve`, GDNCore against vLLM's own GDN kerne
     python scripts/verify_qwen3_5_cuda.py compare DIR [--report FILE]
 
 RUN is PATH-WEIGHTS-KERNELS: PATH native or proxy (CAOVAN_TURING_PROXY=triton: the sm_75 code path, TensorCore75 on
-in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off), gdncore
-(caovan_mode=force: GDNCore on both paths, whatever auto would pick, see auto_choice) or dvN (stock kernels, DraftVocab
-drafting over the tokenizer's first N ids). `start` (which
+in auto mode), WEIGHTS fp16 or awq (the label; MODEL_DIR holds them), KERNELS stock (caovan_mode=off and
+caovan_split_kv=off: vLLM's kernels throughout), gdncore (caovan_mode=force: GDNCore on both paths, whatever auto would
+pick, see auto_choice; the split-KV verify attention as auto takes it), splitkv (vLLM's GDN kernels, the split-KV
+verify attention alone) or dvN (stock kernels, DraftVocab drafting over the tokenizer's first N ids). `start` (which
 needs this project installed as a package: vLLM finds the plugin by entry point) launches one daemon in its own
 session and returns, so several engines start side by side on one GPU and a cold start may span commands. The engine
 gets what the launch profile gives Qwen3.6-27B-AWQ on 2x RTX 2080 Ti 22G (the profile is computed here from the real
@@ -64,9 +65,11 @@ NOT_ON_ONE_SHARED_GPU = {"--tensor-parallel-size", "--disable-custom-all-reduce"
 PINNED = ["--attention-backend", "TRITON_ATTN", "--max-model-len", "4096", "--gpu-memory-utilization", "0.15",
           # a fixed KV budget skips vLLM's free-memory profiling, which engines starting beside it would upset
           "--kv-cache-memory-bytes", "2000000000"]
-KERNELS = {"stock": {"caovan": True, "caovan_mode": "off"}, "gdncore": {"caovan": True, "caovan_mode": "force"}}
+KERNELS = {"stock": {"caovan": True, "caovan_mode": "off", "caovan_split_kv": "off"},
+           "gdncore": {"caovan": True, "caovan_mode": "force"},
+           "splitkv": {"caovan": True, "caovan_mode": "off", "caovan_split_kv": "auto"}}
 # dvN: the stock kernels with DraftVocab's drafter over the tokenizer's first N ids (issue 33's greedy identity).
-RUN_NAME = re.compile(r"(native|proxy)-(fp16|awq)-(stock|gdncore|dv(\d+))")
+RUN_NAME = re.compile(r"(native|proxy)-(fp16|awq)-(stock|gdncore|splitkv|dv(\d+))")
 # vLLM names the kernel behind each quantized linear layer when it builds it.
 LINEAR_KERNEL = re.compile(r"Using (\w+LinearKernel) for (\w+)")
 
@@ -243,6 +246,12 @@ def _check_run(run: str, data: dict, log: str, problems: list[str]) -> None:
         problems.append(f"{run}: GDNCore markers missing from the engine log")
     if kernels != "gdncore" and ran_ours:
         problems.append(f"{run}: the stock engine ran GDNCore")
+    split_kv = [contract.SPLIT_KV_MARKER.read(line) for line in log.splitlines()]
+    split_active = any(v is not None and v["active"] for v in split_kv)
+    if kernels in ("gdncore", "splitkv") and not split_active:
+        problems.append(f"{run}: no '{contract.SPLIT_KV} ACTIVE' line in the engine log")
+    if kernels not in ("gdncore", "splitkv") and split_active:
+        problems.append(f"{run}: the split-KV verify attention was active in a stock engine")
     draft_vocab = [contract.DRAFT_VOCAB_MARKER.read(line) for line in log.splitlines()]
     active = [v for v in draft_vocab if v is not None and v["active"]]
     if kernels.startswith("dv") and not any(v["hot"] >= int(kernels[2:]) for v in active):
@@ -275,14 +284,14 @@ def compare(out_dir: Path) -> tuple[bool, str]:
                             f"{data.get('acceptance', float('nan')):.1%} | {', '.join(linear)} |")
             stock = results.pop("stock", None)
             if stock is not None and not results:
-                problems.append(f"{path}-{weights}-stock: no gdncore or dvN run to compare it with")
+                problems.append(f"{path}-{weights}-stock: no gdncore, splitkv or dvN run to compare it with")
             for kernels, data in results.items():
                 if stock is None or "tokens" not in stock or "tokens" not in data:
                     problems.append(f"{path}-{weights}-{kernels}: no complete stock twin to compare with")
                     continue
                 theirs, ours = (GreedyRun(d["tokens"], d["acceptance"]) for d in (stock, data))
                 draft_vocab = kernels.startswith("dv")
-                label = f"DraftVocab {kernels[2:]}" if draft_vocab else "GDNCore"
+                label = f"DraftVocab {kernels[2:]}" if draft_vocab else {"gdncore": "GDNCore", "splitkv": "SplitKV"}[kernels]
                 problems += [f"{path}-{weights}-{kernels}: {p}" for p in divergences(
                     EVAL_PROMPTS, theirs, ours, label, acceptance_points=None if draft_vocab else 0.02)]
     if not rows:

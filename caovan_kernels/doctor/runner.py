@@ -16,7 +16,7 @@ from .profile_checks import check_profile
 from .report import Check, CheckStatus, Report
 from .tensorcore75_checks import check_tensorcore75
 from .triton_checks import check_ptxas, check_tensor_cores, check_triton_version
-from .vllm_checks import check_gdn_auto, check_gdn_seams, check_gdn_selftest, check_vllm
+from .vllm_checks import check_gdn_auto, check_gdn_seams, check_gdn_selftest, check_split_kv_attention, check_vllm
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ CHECKS: dict[str, Callable[[DoctorContext], list[Check]]] = {
     "gdn-seams": lambda ctx: check_gdn_seams(),
     "gdn-auto": lambda ctx: check_gdn_auto(ctx.inventory),
     "gdn-selftest": lambda ctx: check_gdn_selftest(ctx.inventory),
+    "attention-seam": lambda ctx: check_split_kv_attention(),
     "profile": lambda ctx: check_profile(ctx.model, ctx.inventory),
     "cache-dirs": lambda ctx: check_cache_dirs(),
     "flashqla-env": lambda ctx: check_stale_flashqla(),

@@ -13,6 +13,7 @@ from caovan_kernels.profile.gpus import Inventory
 from caovan_kernels.profile.vllm_abilities import INSTALL_VLLM, detect_vllm
 from caovan_kernels.tensorcore75 import TESTED_TRITON, TURING
 from caovan_kernels.tensorcore75.seam import version_tuple
+from caovan_kernels.vllm.attention_seam import check_attention_seam
 from caovan_kernels.vllm.auto_choice import auto_choice
 from caovan_kernels.vllm.settings import EnginePluginSettings
 
@@ -66,6 +67,23 @@ def check_gdn_seams() -> list[Check]:
                             "use a vLLM whose GDN layer Caovan knows (see the seams above); with "
                             "CAOVAN_REQUIRE_TURBO3=1 the engine refuses to start instead"))
     return checks
+
+
+def check_split_kv_attention() -> list[Check]:
+    """Whether the MTP verify's attention can go through the split-KV kernel: vLLM's backend registry takes our
+    Triton attention backend in TRITON_ATTN's place (caovan_kernels.vllm.attention_seam)."""
+    name = "split-KV verify attention"
+    settings = EnginePluginSettings.from_env()
+    if settings.split_kv == "off":
+        return [Check("attention-seam", name, CheckStatus.PASS, "CAOVAN_SPLIT_KV=off: vLLM's Triton attention")]
+    seam = check_attention_seam()
+    if seam.status == "PASS":
+        return [Check("attention-seam", name, CheckStatus.PASS,
+                      f"{seam.reason}: where vLLM runs Triton attention (a Turing GPU's only backend), the MTP verify "
+                      "of small batches walks the context split across the GPU")]
+    return [Check("attention-seam", name, CheckStatus.WARN, f"not available: {seam.reason}",
+                  "the engine verifies MTP drafts with vLLM's own Triton attention, whose decode slows with the "
+                  "context; use a vLLM whose attention backend registry Caovan knows (0.21 or newer)")]
 
 
 def _devices(inventory: Inventory) -> list[str]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from caovan_kernels import tensorcore75
+from caovan_kernels import contract, tensorcore75
 from caovan_kernels.errors import Turbo3Unavailable
 from caovan_kernels.logger import log
 from caovan_kernels.turing import proxy
 
+from .attention_seam import register_attention_backend
 from .markers import BANNER, emit_once
 from .seams import check_seams, select_seam
 from .settings import EnginePluginSettings
@@ -16,7 +17,8 @@ _registered = False
 
 def register() -> None:
     """Print the banner, settle TensorCore75 (and the Turing proxy) for this process, register the MTP drafters
-    that DraftVocab can narrow and, when the GDN seam exists, put our GDN layer class in vLLM's place.
+    that DraftVocab can narrow and the split-KV attention backend (where vLLM's registry takes it) and, when the GDN
+    seam exists, put our GDN layer class in vLLM's place.
 
     Whether GDNCore then runs is decided per layer when vLLM builds the model (the launch's --additional-config is
     readable only there); a vLLM without a GDN layer loads this without effect."""
@@ -33,6 +35,7 @@ def register() -> None:
     from caovan_kernels.draft_vocab import drafters  # imports torch and vLLM, as the GDN layer below
 
     drafters.register()
+    _split_kv(settings)
     from .layer import (  # imports torch and vLLM: only once the plugin is enabled
         announce_seam,
         make_layer_class,
@@ -51,6 +54,17 @@ def register() -> None:
     seam, base = selected
     base.register_oot(make_layer_class(base, seam.cpu_path), name=base.__name__)
     announce_seam(seam.name)
+
+
+def _split_kv(settings: EnginePluginSettings) -> None:
+    """The MTP verify's attention: our Triton backend in TRITON_ATTN's place, unless CAOVAN_SPLIT_KV=off (an engine's
+    builder reads caovan_split_kv from --additional-config too, and keeps vLLM's path when it says off)."""
+    if settings.split_kv == "off":
+        emit_once(contract.SplitKvVerdict(False, "CAOVAN_SPLIT_KV=off: vLLM's Triton attention throughout").line())
+        return
+    check = register_attention_backend()
+    if check.status != "PASS":
+        emit_once(contract.SplitKvVerdict(False, f"no attention seam: {check.reason}").line())
 
 
 def _turing_code_path(settings: EnginePluginSettings) -> None:

@@ -24,6 +24,8 @@ class EnginePluginSettings:
     require_turbo3: bool = False
     # TensorCore75 (caovan_kernels/tensorcore75): auto, off or force.
     turing_mma: str = "auto"
+    # The MTP verify's attention through the split-KV kernel (caovan_kernels/attention): auto or off.
+    split_kv: str = "auto"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> EnginePluginSettings:
@@ -33,8 +35,10 @@ class EnginePluginSettings:
             mode=env.get("CAOVAN_MODE", "auto").strip().lower(),
             require_turbo3=env.get("CAOVAN_REQUIRE_TURBO3", "0").strip().lower() in _TRUE,
             turing_mma=env.get("CAOVAN_TURING_MMA", "auto").strip().lower(),
+            split_kv=env.get("CAOVAN_SPLIT_KV", "auto").strip().lower(),
         )
-        return settings.validated("environment variable CAOVAN_MODE", "environment variable CAOVAN_TURING_MMA")
+        return settings.validated("environment variable CAOVAN_MODE", "environment variable CAOVAN_TURING_MMA",
+                                  "environment variable CAOVAN_SPLIT_KV")
 
     def with_additional_config(self, extra: Mapping[str, Any] | None) -> EnginePluginSettings:
         """Keys of --additional-config win over the environment: they are the per-launch choice."""
@@ -49,13 +53,22 @@ class EnginePluginSettings:
             updated = replace(updated, require_turbo3=bool(extra["caovan_require_turbo3"]))
         if "caovan_turing_mma" in extra:
             updated = replace(updated, turing_mma=str(extra["caovan_turing_mma"]).strip().lower())
+        if "caovan_split_kv" in extra:
+            updated = replace(updated, split_kv=str(extra["caovan_split_kv"]).strip().lower())
         # DraftVocab's value is read where vLLM builds the drafter; checked here too, so a bad one stops
         # caovan-vllm-serve before vLLM starts.
         hot_set.DraftVocabSpec.parse(extra.get(hot_set.SETTING))
-        return updated.validated('--additional-config key "caovan_mode"', '--additional-config key "caovan_turing_mma"')
+        return updated.validated('--additional-config key "caovan_mode"', '--additional-config key "caovan_turing_mma"',
+                                 '--additional-config key "caovan_split_kv"')
 
-    def validated(self, where: str, turing_mma_where: str) -> EnginePluginSettings:
+    def validated(self, where: str, turing_mma_where: str, split_kv_where: str) -> EnginePluginSettings:
         validate_mode(self.turing_mma, turing_mma_where)
+        if self.split_kv not in contract.SPLIT_KV_MODES:
+            raise PluginConfigError(
+                f"Caovan plugin: {split_kv_where} is {self.split_kv!r}; use one of {', '.join(contract.SPLIT_KV_MODES)} "
+                "(auto = the MTP verify's attention through the split-KV kernel where the batch leaves the GPU idle, "
+                "off = vLLM's Triton attention throughout)"
+            )
         if self.mode not in contract.CAOVAN_MODES:
             raise PluginConfigError(
                 f"Caovan plugin: {where} is {self.mode!r}; use one of {', '.join(contract.CAOVAN_MODES)} "

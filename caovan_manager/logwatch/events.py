@@ -155,6 +155,13 @@ class PluginDraftVocab(LogEvent, contract.DraftVocabVerdict):
 
 
 @dataclass(frozen=True, slots=True)
+class PluginSplitKv(LogEvent, contract.SplitKvVerdict):
+    """Whether the MTP verify's attention runs through the split-KV kernel (its fields are the contract's)."""
+
+    kind: ClassVar[str] = contract.SPLIT_KV_MARKER.kind
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchDecisions(LogEvent):
     """The decisions line of `caovan-vllm-serve`: each profile decision and the effective vLLM command."""
 
@@ -190,13 +197,14 @@ Event = (
     | TensorCore75Status
     | TensorCore75Kernels
     | PluginDraftVocab
+    | PluginSplitKv
     | Fatal
 )
 
 # The plugin's events by kind, for the parser.
 MARKER_EVENTS: dict[str, type[LogEvent]] = {cls.kind: cls for cls in (
     PluginBanner, PluginMode, PluginMtp, PluginGdnCore, PluginRealPrefill, PluginDispatch, PluginKernelCalls,
-    PluginDeviceSteps, TensorCore75Status, TensorCore75Kernels, PluginDraftVocab)}
+    PluginDeviceSteps, TensorCore75Status, TensorCore75Kernels, PluginDraftVocab, PluginSplitKv)}
 # Kinds worth a line on the daemon's /events stream: all but engine_ready, which only moves the state.
 PUBLISHED_KINDS: frozenset[str] = frozenset(
     {Throughput.kind, SpecDecode.kind, EngineConfig.kind, LaunchDecisions.kind, Fatal.kind, *MARKER_EVENTS})

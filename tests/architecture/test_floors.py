@@ -21,7 +21,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("caovan_kernels", "caovan_kernels.contract", "caovan_kernels.errors", "caovan_kernels.logger"),
     ("caovan_kernels.profile", "caovan_kernels.turing", "caovan_kernels.draft_vocab"),
     ("caovan_kernels.tensorcore75",),
-    ("caovan_kernels.gdn",),
+    ("caovan_kernels.gdn", "caovan_kernels.attention"),
     ("caovan_kernels.vllm",),
     ("caovan_kernels.doctor", "caovan_kernels.serve", "caovan_kernels.vllm_cli"),
     # The demo models: built from the contract's names, used by the daemon's composition root and CLI only.

@@ -94,10 +94,10 @@ def test_kernel_time_is_summed_by_category_and_unknown_kernels_count_as_other(tm
 
 
 def test_side_by_side_runs_are_named_and_ported_and_bad_ones_refused():
-    assert bench.plan_runs(["native", "native:dv32768", "proxy-stock"]) == [
-        ("native", "native", None, 8100), ("native-dv32768", "native", 32768, 8101),
-        ("proxy-stock", "proxy-stock", None, 8102)]
-    for bad in (["turing"], ["native:dv"], ["native:dv0"], ["native:32768"], ["native", "native"]):
+    assert bench.plan_runs(["native", "native:dv32768", "proxy-stock", "proxy-caovan:nosplit"]) == [
+        ("native", "native", None, 8100, True), ("native-dv32768", "native", 32768, 8101, True),
+        ("proxy-stock", "proxy-stock", None, 8102, True), ("proxy-caovan-nosplit", "proxy-caovan", None, 8103, False)]
+    for bad in (["turing"], ["native:dv"], ["native:dv0"], ["native:32768"], ["native", "native"], ["native:nosplit"]):
         with pytest.raises(SystemExit):
             bench.plan_runs(bad)
 
@@ -109,6 +109,17 @@ H200_TORCH_TOTAL = 150_110_194_529
 
 def _args(command: list[str], flag: str) -> str | None:
     return command[command.index(flag) + 1] if flag in command else None
+
+
+def test_only_the_caovan_path_takes_the_split_kv_verify_and_a_long_decode_gets_room(tmp_path):
+    configs = {}
+    for path, split_kv in (("native", True), ("proxy-stock", True), ("proxy-caovan", True), ("proxy-caovan", False)):
+        command, _ = bench.engine_command(path, RANK_FIXTURE, 8100, 22e9, 3, False, tmp_path, split_kv=split_kv,
+                                          max_model_len=140_000, cuda_total_bytes=H200_TORCH_TOTAL)
+        configs[path, split_kv] = json.loads(_args(command, "--additional-config")).get("caovan_split_kv", "auto")
+        assert _args(command, "--max-model-len") == "140000" and command.count("--max-model-len") == 1
+    assert configs == {("native", True): "off", ("proxy-stock", True): "off", ("proxy-caovan", True): "auto",
+                       ("proxy-caovan", False): "off"}
 
 
 def test_timed_runs_pin_prefix_caching_off_and_a_memory_fit_leaves_it_to_vllm(tmp_path):
@@ -130,7 +141,7 @@ def test_timed_runs_pin_prefix_caching_off_and_a_memory_fit_leaves_it_to_vllm(tm
 
 def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
     """The engine log carries caovan-vllm-serve's decisions line; the fit holds vLLM's own lines to it."""
-    from caovan_kernels.contract import KV_REPORT_DECISION, decisions_line
+    from caovan_kernels.contract import KV_REPORT_DECISION, decisions_line, launcher_line
     from caovan_kernels.profile import build_profile, from_version_table, load_model_facts, memory
 
     inventory = tmp_path / "h200.json"
@@ -143,6 +154,9 @@ def test_a_fit_reads_the_launch_profiles_prediction_from_the_same_log(tmp_path):
     predicted = profile.memory["vllm_kv_cache_tokens"]
     log = "\n".join([
         "INFO 12-05 10:00:00 some line before",
+        # the launcher prints each decision for people (the KV report's quotes vLLM's concurrency line), then its
+        # decisions line for the daemon; neither is vLLM's
+        *(launcher_line(f"{d.name} = {d.value}: {d.reason}") for d in profile.decisions),
         decisions_line([(d.name, d.value, d.reason) for d in profile.decisions], profile.args, True),
         "(EngineCore pid=1) INFO 12-05 10:01:00 [kv_cache_utils.py:1] GPU KV cache size: 250,000 tokens",
         "(EngineCore pid=1) INFO 12-05 10:01:00 [kv_cache_utils.py:1] Maximum concurrency for 80,000 tokens per "

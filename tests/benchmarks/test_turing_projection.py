@@ -46,3 +46,21 @@ def test_prefill_grows_faster_than_linearly_and_tensor_cores_only_shorten_attent
         assert t["attention (s)"] < f["attention (s)"]
         assert (t["GEMMs (s)"], t["GDN (s)"], t["all-reduces (s)"]) == (f["GEMMs (s)"], f["GDN (s)"],
                                                                         f["all-reduces (s)"])
+
+
+def test_the_split_verify_reads_the_kv_once_and_stock_once_per_query_block_at_a_few_programs_rate():
+    m, hw = projection._model(projection.REAL_CONFIG), projection.Turing()
+    # one rank: 2 KV heads x 256 x (K, V) x fp16 = 2 KiB per token and layer; 16 attention layers, 3 drafter passes
+    per_layer = 2 * 2 * 256 * 2 * 65536
+    split = projection.verify_attention(m, hw, 2, 3, 65536, split_kv=True)
+    stock = projection.verify_attention(m, hw, 2, 3, 65536, split_kv=False)
+    assert split["KV read (GB)"] == per_layer * (16 + 3) / 1e9
+    # 6 query heads per KV head: vLLM's blocks of 16 rows hold 2 query tokens, so 4 tokens are 2 blocks: 2 reads, 4
+    # programs streaming at their own rate; the drafter's one-token passes are split by vLLM too
+    assert stock["KV read (GB)"] == per_layer * (16 * 2 + 3) / 1e9
+    stream = hw.bandwidth * hw.bandwidth_efficiency
+    assert abs(stock["attention (ms)"] - (per_layer * 32 / (4 * hw.attention_program_bandwidth)
+                                          + per_layer * 3 / stream) * 1e3) < 1e-9
+    assert abs(split["attention (ms)"] - per_layer * 19 / stream * 1e3) < 1e-9
+    short = projection.verify_attention(m, hw, 2, 3, 4096, split_kv=False)["attention (ms)"]
+    assert abs(stock["attention (ms)"] / short - 16) < 1e-9  # linear in the context, both ways

@@ -39,11 +39,12 @@ command, _ = serve.prepare({str(QWEN36)!r}, ["--max-model-len", "8192"], {{}})
 sys.stderr.write("RESULT " + json.dumps(command) + "\\n")
 """
 
-# Lines whose emitter runs only on a CUDA GPU (the decode-step watcher), only when kernels compile for sm_75 (the
+# Lines whose emitter runs only on a CUDA GPU (the decode-step watcher, the split-KV verdict), only when kernels compile for sm_75 (the
 # TensorCore75 counts; their real emitter is read back in tests/caovan_kernels/tensorcore75) or only when vLLM builds
 # an MTP drafter with caovan_draft_vocab set (read back from the CPU engine in tests/integration): their format
 # functions are what the emitters call, tested below.
-NOT_EMITTED_HERE = {contract.STEPS.kind, contract.TENSORCORE75_KERNELS.kind, contract.DRAFT_VOCAB_MARKER.kind}
+NOT_EMITTED_HERE = {contract.STEPS.kind, contract.TENSORCORE75_KERNELS.kind, contract.DRAFT_VOCAB_MARKER.kind,
+                    contract.SPLIT_KV_MARKER.kind}
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,9 @@ FORMATTED = [
      {"active": True, "hot": 32801, "vocab": 248320, "detail": "32768 ids by tokenizer order + 33 control tokens"}),
     (contract.DraftVocabVerdict(False, 0, 1024, "the lm_head is quantized").line(),
      {"active": False, "hot": 0, "vocab": 1024, "detail": "the lm_head is quantized"}),
+    (contract.SplitKvVerdict(True, "MTP verify (2..4 query tokens) through the split-KV kernel").line(),
+     {"active": True, "detail": "MTP verify (2..4 query tokens) through the split-KV kernel"}),
+    (contract.SplitKvVerdict(False, "caovan_split_kv=off").line(), {"active": False, "detail": "caovan_split_kv=off"}),
 ]
 
 

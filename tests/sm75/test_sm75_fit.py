@@ -32,7 +32,8 @@ def test_every_launch_config_fits_sm75() -> None:
         print(f"{f['kernel']:<20} {f['config']:<46} {f['shared_bytes']:>9} {f['registers']:>5} {f['spill_bytes']:>8} "
               f"{str(f['bf16_in_ptx']):>5} {str(f['mma_in_ptx']):>5} {f['programs_per_sm']}")
     kernels = {f["kernel"] for f in fits}
-    assert kernels == {"chunk_wy", "chunk_state_output", "chunk_output", "recurrent", "l2norm_scale"}
+    assert kernels == {"chunk_wy", "chunk_state_output", "chunk_output", "recurrent", "l2norm_scale", "split_kv_segment",
+                       "split_kv_merge"}
     # Qwen3.6's GDN head dim (128) takes the Turing MMA form in all three prefill kernels
     turing = {f["kernel"] for f in fits if f["config"].startswith("turing_mma K=V=128 ")}
     assert turing == {"chunk_wy", "chunk_state_output", "chunk_output"}, turing
@@ -43,5 +44,9 @@ def test_every_launch_config_fits_sm75() -> None:
         bk, bv = (int(re.search(rf"\b{name}=(\d+)", f["config"]).group(1)) for name in ("BK", "BV"))
         state_tile_bytes = bk * bv * 4
         assert f["shared_bytes"] <= state_tile_bytes // 4, f"the decode state goes through shared memory: {f}"
+    # The split-KV verify at Qwen3.6's attention head dim takes m16n8k8 through TensorCore75 for every rows-per-program
+    split_mma = {f["config"].split(" tile")[0] for f in fits if f["kernel"] == "split_kv_segment" and f["mma_in_ptx"]}
+    assert split_mma == {"turing_mma D=256 rows=16", "turing_mma D=256 rows=32", "turing_mma D=256 rows=64",
+                         "turing_mma D=128 rows=32"}, split_mma
     misfits = [f for f in fits if not f["fits"]]
     assert not misfits, f"configurations that do not fit sm_75: {misfits}"

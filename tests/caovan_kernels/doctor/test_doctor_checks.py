@@ -25,7 +25,7 @@ def _named(report: Report) -> dict[str, Check]:
 def test_every_check_has_a_status_and_a_fix_where_needed(report):
     groups = {c.group for c in report.checks}
     assert groups == {"python", "torch", "gpus", "triton", "ptxas", "tensorcore75", "vllm", "gdn-seams", "gdn-auto",
-                      "gdn-selftest",
+                      "gdn-selftest", "attention-seam",
                       "profile", "cache-dirs", "flashqla-env", "plugin-copy"}
     for c in report.checks:
         assert c.detail
