@@ -17,6 +17,7 @@ import importlib
 import inspect
 import itertools
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,12 @@ def use_real_triton() -> None:
     import vllm.triton_utils as vtu
 
     vtu.triton, vtu.tl, vtu.tldevice, vtu.HAS_TRITON = triton, tl, tldevice, True
+    # A kernel package imported earlier in this process (vLLM's attention backend, by the plugin's own tests) bound the
+    # placeholder; its modules are dropped whole so that the next import compiles their kernels with the real Triton.
+    stale = {name.partition(".ops.")[0] + ".ops" for name, module in list(sys.modules.items())
+             if name.startswith("vllm.") and ".ops." in name and getattr(module, "triton", triton) is not triton}
+    for name in [n for n in sys.modules if any(n == p or n.startswith(p + ".") for p in stale)]:
+        del sys.modules[name]
 
 
 def gdn_ops() -> Any:
