@@ -66,6 +66,8 @@ CAOVAN_MODES = ("auto", "off", "force")
 TENSORCORE75_MODES = CAOVAN_MODES
 # caovan_split_kv: auto takes the MTP verify's attention where plan.plan_launch does, off leaves vLLM's throughout.
 SPLIT_KV_MODES = ("auto", "off")
+# The launch profile's decision on it, by this name.
+SPLIT_KV_DECISION = "SplitKV verify"
 TURING_PROXY = "[Caovan Turing proxy]"
 DRAFT_VOCAB = "[Caovan DraftVocab]"
 SPLIT_KV = "[Caovan SplitKV]"

@@ -16,6 +16,9 @@ from caovan_kernels.contract import (
     MTP_DEFAULT,
     SAMPLING_DECISION,
     SLEEP_MODE_FLAG,
+    SPLIT_KV,
+    SPLIT_KV_DECISION,
+    SPLIT_KV_MODES,
 )
 from caovan_kernels.draft_vocab import hot_set
 from caovan_kernels.errors import DraftVocabError, ProfileError, ProxyConfigError
@@ -431,6 +434,7 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
     if spec and b.draft_attention_backend:
         b.note("drafter attention backend", b.draft_attention_backend, f"{proxy.ENV} is set: vLLM reads the real GPU "
                "and chooses the MTP drafter's backend separately; set in the speculative config")
+    _split_kv(b, gpu, spec)
     chosen = layout(spec, kv_bytes)
     fit = chosen.max_model_len(pool, num_seqs)
     b.memory.update(kv_bytes_per_token=chosen.kv_bytes_per_token, block_tokens=chosen.block_tokens,
@@ -454,6 +458,36 @@ def _plan_gpu(b: _Builder, m: ModelFacts, inventory: Inventory) -> str:
                    f"{_gib(vision)} per GPU, {freed} more KV tokens; images would be refused. The profile keeps the "
                    "model's abilities; pin the flag to serve text only")
     return f"{tp}x {gpu.name} sm{gpu.sm}"
+
+
+def _split_kv(b: _Builder, gpu: GpuInfo, spec: int) -> None:
+    """Whether the MTP verify's attention will run through the plugin's split-KV kernel, which takes the place of
+    vLLM's TRITON_ATTN (docs/split-kv.md): said here so that `caovan profile` shows it before an engine starts."""
+    try:
+        extra = json.loads(b.pinned.value("--additional-config") or "{}")
+    except ValueError:  # caovan-vllm-serve refuses it before vLLM starts
+        extra = {}
+    extra = extra if isinstance(extra, dict) else {}
+    setting = str(extra.get("caovan_split_kv", os.environ.get("CAOVAN_SPLIT_KV", "auto"))).strip().lower()
+    backend = b.pinned.value("--attention-backend")
+    if extra.get("caovan") is False or os.environ.get("CAOVAN_ENABLE", "1").strip().lower() in ("0", "false", "no"):
+        value, why = "off", "the Caovan plugin is off for this engine"
+    elif setting not in SPLIT_KV_MODES or setting == "off":
+        value, why = "off", f"caovan_split_kv is {setting!r}: vLLM's Triton attention throughout"
+    elif spec == 0:
+        value, why = "not used", "no speculative decoding: every decode step has one query token, vLLM's kernel's case"
+    elif backend is not None and backend != TURING_ATTENTION_BACKEND:
+        value, why = "not used", (f"--attention-backend {backend} is pinned; the kernel takes "
+                                  f"{TURING_ATTENTION_BACKEND}'s place only")
+    elif gpu.sm >= 80 and backend is None:
+        value, why = "not used", (f"vLLM picks FlashAttention or FlashInfer on sm_{gpu.sm}, not "
+                                  f"{TURING_ATTENTION_BACKEND}, whose place the kernel takes")
+    else:
+        value, why = "on", (f"{TURING_ATTENTION_BACKEND} verifies the {1 + spec} tokens of each MTP step with the "
+                            "whole context in a few programs per sequence; the split-KV kernel spreads that context "
+                            "over the GPU, so the step stays nearly flat as the context grows (the engine logs "
+                            f"{SPLIT_KV})")
+    b.note(SPLIT_KV_DECISION, value, why)
 
 
 def _draft_vocab_rows(b: _Builder, m: ModelFacts, tp: int) -> int:

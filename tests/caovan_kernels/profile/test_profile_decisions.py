@@ -10,6 +10,7 @@ from profile_cases import TWO_2080TI
 from caovan_kernels import contract
 from caovan_kernels.contract import MTP_DEFAULT
 from caovan_kernels.errors import InventoryError, ProfileError
+from caovan_kernels.profile.launch_profile import Decision
 from caovan_kernels.profile import (
     apply_profile,
     build_profile,
@@ -376,3 +377,30 @@ def test_no_drafter_backend_is_claimed_when_there_is_no_room_to_draft(qwen36_dir
     p = build_profile(qwen36_dir, ["--max-num-seqs", "4"], "1x RTX 2080 Ti 22GB sm75", installed_vllm)
     assert p.decision("AutoSpec").value == "off"
     assert all(d.name != "drafter attention backend" for d in p.decisions)
+
+
+def test_the_split_kv_verify_is_on_where_vllm_verifies_with_triton_attention(qwen36_dir, model_variant, installed_vllm,
+                                                                             monkeypatch):
+    monkeypatch.delenv("CAOVAN_SPLIT_KV", raising=False)
+    monkeypatch.delenv("CAOVAN_TURING_PROXY", raising=False)
+
+    def split_kv(inventory: str, args: list[str]) -> Decision:
+        return build_profile(qwen36_dir, ["--max-num-seqs", "4", *args], inventory, installed_vllm).decision(
+            contract.SPLIT_KV_DECISION)
+
+    on = split_kv(TWO_2080TI, [])
+    assert on.value == "on" and "TRITON_ATTN" in on.reason and contract.SPLIT_KV in on.reason
+    assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan_split_kv": "off"}']).value == "off"
+    assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan": false}']).value == "off"
+    monkeypatch.setenv("CAOVAN_SPLIT_KV", "off")
+    assert split_kv(TWO_2080TI, []).value == "off"
+    assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan_split_kv": "auto"}']).value == "on"  # it wins
+    monkeypatch.delenv("CAOVAN_SPLIT_KV")
+    no_drafts = build_profile(model_variant(mtp_num_hidden_layers=0), [], TWO_2080TI, installed_vllm).decision(
+        contract.SPLIT_KV_DECISION)
+    assert no_drafts.value == "not used" and "one query token" in no_drafts.reason
+    h100 = split_kv("1x H100 80GB sm90", [])
+    assert h100.value == "not used" and "sm_90" in h100.reason
+    assert split_kv("1x H100 80GB sm90", ["--attention-backend", "TRITON_ATTN"]).value == "on"
+    monkeypatch.setenv("CAOVAN_TURING_PROXY", "triton")  # the proxy pins TRITON_ATTN, as a 2080 Ti gets
+    assert split_kv("1x H100 80GB sm90", []).value == "on"
