@@ -4,8 +4,6 @@ batches left to vLLM, and the engine-level verdict lines."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import types
 
 import pytest
@@ -111,15 +109,19 @@ def test_a_bad_setting_names_the_key_and_the_choices():
 
 
 def test_the_plugin_leaves_triton_attention_alone_when_told_to():
-    code = ("from caovan_kernels.vllm.plugin import register; register(); "
-            "from vllm.v1.attention.backends.registry import AttentionBackendEnum as E; "
-            "print('PATH', E.TRITON_ATTN.get_path())")
-    for env, expected in (({}, attention_seam.BACKEND), ({"CAOVAN_SPLIT_KV": "off"}, "vllm.v1.attention.backends")):
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                              env={"PATH": "/usr/bin:/bin", **env})
-        assert done.returncode == 0, done.stderr[-2000:]
-        path = next(line for line in done.stdout.splitlines() if line.startswith("PATH "))[5:]
-        assert path.startswith(expected), path
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    from caovan_kernels.vllm import plugin
+    from caovan_kernels.vllm.settings import EnginePluginSettings
+
+    stock = AttentionBackendEnum.TRITON_ATTN.get_path()
+    assert stock.startswith("vllm.v1.attention.backends"), stock
+    try:
+        for env, expected in (({"CAOVAN_SPLIT_KV": "off"}, stock), ({}, attention_seam.BACKEND)):
+            plugin._split_kv(EnginePluginSettings.from_env(env))
+            assert AttentionBackendEnum.TRITON_ATTN.get_path() == expected, env
+    finally:
+        AttentionBackendEnum.TRITON_ATTN.clear_override()
 
 
 def test_a_planner_tags_only_the_batches_its_workspace_and_the_plan_take():
