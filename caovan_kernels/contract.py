@@ -64,6 +64,8 @@ TENSORCORE75 = "[Caovan TensorCore75]"
 # where they measured faster, off is stock vLLM, force runs them everywhere) and caovan_turing_mma (TensorCore75).
 CAOVAN_MODES = ("auto", "off", "force")
 TENSORCORE75_MODES = CAOVAN_MODES
+# How the plugin's on/off environment variables (CAOVAN_ENABLE, CAOVAN_REQUIRE_TURBO3) spell "on".
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 # caovan_split_kv: auto takes the MTP verify's attention where plan.plan_launch does, off leaves vLLM's throughout.
 SPLIT_KV_MODES = ("auto", "off")
 # The launch profile's decision on it, by this name.

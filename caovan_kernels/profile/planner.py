@@ -19,6 +19,7 @@ from caovan_kernels.contract import (
     SPLIT_KV,
     SPLIT_KV_DECISION,
     SPLIT_KV_MODES,
+    TRUE_WORDS,
 )
 from caovan_kernels.draft_vocab import hot_set
 from caovan_kernels.errors import DraftVocabError, ProfileError, ProxyConfigError
@@ -470,7 +471,10 @@ def _split_kv(b: _Builder, gpu: GpuInfo, spec: int) -> None:
     extra = extra if isinstance(extra, dict) else {}
     setting = str(extra.get("caovan_split_kv", os.environ.get("CAOVAN_SPLIT_KV", "auto"))).strip().lower()
     backend = b.pinned.value("--attention-backend")
-    if extra.get("caovan") is False or os.environ.get("CAOVAN_ENABLE", "1").strip().lower() in ("0", "false", "no"):
+    # Read as the plugin reads them (caovan_kernels.vllm.settings): the key wins over the environment.
+    enabled = bool(extra["caovan"]) if "caovan" in extra else \
+        os.environ.get("CAOVAN_ENABLE", "1").strip().lower() in TRUE_WORDS
+    if not enabled:
         value, why = "off", "the Caovan plugin is off for this engine"
     elif setting not in SPLIT_KV_MODES or setting == "off":
         value, why = "off", f"caovan_split_kv is {setting!r}: vLLM's Triton attention throughout"

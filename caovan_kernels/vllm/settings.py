@@ -12,7 +12,7 @@ from caovan_kernels.draft_vocab import hot_set
 from caovan_kernels.errors import PluginConfigError
 from caovan_kernels.tensorcore75 import validate_mode
 
-_TRUE = {"1", "true", "yes", "on"}
+_TRUE = contract.TRUE_WORDS
 
 
 @dataclass(frozen=True)

@@ -392,6 +392,10 @@ def test_the_split_kv_verify_is_on_where_vllm_verifies_with_triton_attention(qwe
     assert on.value == "on" and "TRITON_ATTN" in on.reason and contract.SPLIT_KV in on.reason
     assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan_split_kv": "off"}']).value == "off"
     assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan": false}']).value == "off"
+    monkeypatch.setenv("CAOVAN_ENABLE", "off")  # the plugin's own reading of the variable
+    assert split_kv(TWO_2080TI, []).value == "off"
+    assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan": true}']).value == "on"  # the key wins
+    monkeypatch.delenv("CAOVAN_ENABLE")
     monkeypatch.setenv("CAOVAN_SPLIT_KV", "off")
     assert split_kv(TWO_2080TI, []).value == "off"
     assert split_kv(TWO_2080TI, ["--additional-config", '{"caovan_split_kv": "auto"}']).value == "on"  # it wins
